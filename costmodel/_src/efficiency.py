@@ -1,0 +1,105 @@
+"""Efficiency parameters of the cost model and the smooth efficiency curves.
+
+The parameters are the model's knobs: what calibration fits and what a user may
+override. Every field is a pytree leaf.
+
+Efficiency rises smoothly with the size of an operation:
+
+    eff(x) = eff_max / (1 + (x_half / x) ** k)
+
+For a GEMM, ``x`` is its number of rows M (tokens): transformer projections
+have N, K >= 1,536, and what starves the tensor cores is a short M (few tiles,
+skinny shapes). Vidur's H100 MLP profiles (63% of peak at 256 tokens, 69-74%
+at 4,096) give ``M_half ~ 48`` with k = 1; large-M efficiency is the
+accelerator's ``matmul_efficiency_max``. For HBM transfers ``x`` is the ideal
+time (bytes / bandwidth): Calculon's memory curve (60% at 1 MB, 75% at 10 MB,
+90% above 100 MB at ~2 TB/s) gives ``t_half ~ 0.5 us``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from costmodel._src import pytree
+from costmodel._src import smooth
+
+
+@pytree.pytree_dataclass
+class Efficiency:
+  """Calibratable efficiency parameters.
+
+  Attributes:
+    matmul_half_rows: GEMM rows (tokens) at which efficiency is half its max.
+    matmul_exponent: Steepness of the GEMM efficiency curve.
+    attention_efficiency: Attention-core efficiency relative to GEMMs.
+    memory_half_time_s: Ideal transfer time at which HBM efficiency is half.
+    memory_exponent: Steepness of the HBM efficiency curve.
+    link_efficiency: Multiplier on the accelerator's measured link
+      efficiencies (``Hardware.scaleup_efficiency`` and ``scaleout_efficiency``).
+    host_efficiency: Achieved fraction of host-link bandwidth for offload.
+    dp_overlap: Fraction of data-parallel gradient traffic hidden behind the
+      backward pass.
+    decode_step_overhead_s: Engine overhead per decode step (scheduling,
+      sampling, detokenisation), per engine.
+    generate_overhead_s: Fixed overhead per generation stage.
+    infer_overhead_s: Fixed overhead per inference stage.
+    train_overhead_s: Fixed overhead per optimizer update (mini-batch).
+    sync_overhead_s: Fixed overhead per weight sync.
+    sync_per_tensor_s: Weight-sync overhead per tensor (bucketing, conversion).
+    switch_overhead_s: Fixed cost of one train <-> generate switch on a shared
+      pool (engine sleep/wake, allocator).
+    train_efficiency: Multiplier on training-stage compute efficiency
+      (framework overhead: FSDP, dynamic batching, padding).
+  """
+
+  matmul_half_rows: jax.Array | float = 48.0
+  matmul_exponent: jax.Array | float = 1.0
+  attention_efficiency: jax.Array | float = 0.7
+  memory_half_time_s: jax.Array | float = 0.5e-6
+  memory_exponent: jax.Array | float = 0.8
+  link_efficiency: jax.Array | float = 1.0
+  host_efficiency: jax.Array | float = 0.80
+  dp_overlap: jax.Array | float = 0.7
+  decode_step_overhead_s: jax.Array | float = 1.5e-3
+  generate_overhead_s: jax.Array | float = 5.0
+  infer_overhead_s: jax.Array | float = 2.0
+  train_overhead_s: jax.Array | float = 0.5
+  sync_overhead_s: jax.Array | float = 2.0
+  sync_per_tensor_s: jax.Array | float = 0.5e-3
+  switch_overhead_s: jax.Array | float = 5.0
+  train_efficiency: jax.Array | float = 1.0
+
+  def __post_init__(self):
+    pytree.check_positive(
+        "Efficiency", matmul_half_rows=self.matmul_half_rows,
+        matmul_exponent=self.matmul_exponent,
+        memory_half_time_s=self.memory_half_time_s,
+        memory_exponent=self.memory_exponent)
+    pytree.check_fraction(
+        "Efficiency", attention_efficiency=self.attention_efficiency,
+        link_efficiency=self.link_efficiency,
+        host_efficiency=self.host_efficiency,
+        train_efficiency=self.train_efficiency)
+    pytree.check_nonnegative(
+        "Efficiency", dp_overlap=self.dp_overlap,
+        decode_step_overhead_s=self.decode_step_overhead_s,
+        generate_overhead_s=self.generate_overhead_s,
+        infer_overhead_s=self.infer_overhead_s,
+        train_overhead_s=self.train_overhead_s,
+        sync_overhead_s=self.sync_overhead_s,
+        sync_per_tensor_s=self.sync_per_tensor_s,
+        switch_overhead_s=self.switch_overhead_s)
+    if pytree.is_concrete(self.dp_overlap) and float(self.dp_overlap) > 1:
+      raise ValueError(f"Efficiency: dp_overlap={self.dp_overlap!r} must lie in [0, 1]")
+
+
+def saturating_efficiency(size: jax.Array, eff_max: jax.Array,
+                          half_size: jax.Array, exponent: jax.Array) -> jax.Array:
+  """``eff_max / (1 + (half_size / size) ** exponent)``.
+
+  Smooth and increasing in the operation's size; tends to ``eff_max`` for
+  large operations and to 0 for tiny ones. Finite gradients at 0.
+  """
+  ratio = jnp.exp(exponent * (smooth.safe_log(half_size) - smooth.safe_log(size)))
+  return eff_max / (1.0 + ratio)

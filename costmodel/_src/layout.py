@@ -1,0 +1,118 @@
+"""Parallel layouts of one role (training or inference) and of a rollout engine.
+
+Degrees are pytree leaves: integers for an exact plan, reals for a relaxed one
+(the search's continuous variables). Categorical choices with few values
+(ZeRO stage, recompute mode, offload) are leaves too, so a batch of plans can
+mix them under ``vmap``; flags that change the code path are static.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from costmodel._src import pytree
+
+RECOMPUTE = {"none": 0, "selective": 1, "full": 2}
+
+
+def _check_degrees(owner: str, **values) -> None:
+  for name, v in values.items():
+    if pytree.is_concrete(v):
+      a = np.asarray(v, dtype=float)
+      if not np.all(np.isfinite(a)) or np.any(a < 1):
+        raise ValueError(f"{owner}: {name}={v!r} must be >= 1")
+
+
+@pytree.pytree_dataclass
+class Parallel:
+  """Layout of one role and phase on its pool.
+
+  The data-parallel degree is what is left of the pool:
+  ``dp = pool_gpus / (tp * pp * cp)``. Expert parallelism folds into the
+  data-parallel ranks (Megatron's convention), so ``ep`` must divide
+  ``dp * cp``.
+
+  Attributes:
+    tp: Tensor-parallel degree.
+    pp: Pipeline-parallel degree.
+    cp: Context-parallel degree (ring attention / Ulysses).
+    ep: Expert-parallel degree (MoE).
+    micro_batch: Sequences per micro-batch per GPU.
+    zero_stage: 0 (none), 1, 2 or 3 (FSDP).
+    recompute: 0 none, 1 selective, 2 full.
+    offload: 1 keeps parameters and optimizer state in host memory.
+    vpp: Interleaved pipeline chunks per GPU (1 = plain 1F1B).
+    sequence_parallel: Megatron SP with TP (static).
+    flash_attention: FlashAttention-style attention core (static).
+  """
+
+  tp: jax.Array | float = 1.0
+  pp: jax.Array | float = 1.0
+  cp: jax.Array | float = 1.0
+  ep: jax.Array | float = 1.0
+  micro_batch: jax.Array | float = 1.0
+  zero_stage: jax.Array | float = 3.0
+  recompute: jax.Array | float = 2.0
+  offload: jax.Array | float = 0.0
+  vpp: jax.Array | float = 1.0
+  sequence_parallel: bool = pytree.static_field(default=True)
+  flash_attention: bool = pytree.static_field(default=True)
+
+  def __post_init__(self):
+    rc = self.recompute
+    if isinstance(rc, str):
+      if rc not in RECOMPUTE:
+        raise ValueError(f"Parallel: recompute={rc!r} is not one of {tuple(RECOMPUTE)}")
+      object.__setattr__(self, "recompute", float(RECOMPUTE[rc]))
+    _check_degrees("Parallel", tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep,
+                   vpp=self.vpp)
+    pytree.check_positive("Parallel", micro_batch=self.micro_batch)
+    for name, allowed in (("zero_stage", (0, 1, 2, 3)), ("recompute", (0, 1, 2)),
+                          ("offload", (0, 1))):
+      v = getattr(self, name)
+      if pytree.is_concrete(v):
+        a = np.asarray(v, dtype=float)
+        if not np.all(np.isin(a, allowed)):
+          raise ValueError(f"Parallel: {name}={v!r} must be one of {allowed}")
+
+  @property
+  def model_parallel(self):
+    """GPUs of one model replica: tp * pp * cp."""
+    return self.tp * self.pp * self.cp
+
+  def replace(self, **changes) -> "Parallel":
+    return dataclasses.replace(self, **changes)
+
+
+@pytree.pytree_dataclass
+class Engine:
+  """A vLLM/SGLang-style rollout engine layout.
+
+  Replicas fill the pool: ``replicas = pool_gpus / (tp * pp)``.
+
+  Attributes:
+    tp: Tensor-parallel degree of one engine.
+    pp: Pipeline-parallel degree of one engine.
+    ep: Expert parallelism inside the engine (1, or tp to shard experts over
+      the TP group with all-to-all instead of all-reduce).
+    memory_fraction: Share of HBM the engine may use (weights + KV cache).
+    max_seqs: Maximum concurrent sequences per engine.
+    prefix_caching: Prefill each prompt once per group of samples (static).
+  """
+
+  tp: jax.Array | float = 1.0
+  pp: jax.Array | float = 1.0
+  ep: jax.Array | float = 1.0
+  memory_fraction: jax.Array | float = 0.6
+  max_seqs: jax.Array | float = 1024.0
+  prefix_caching: bool = pytree.static_field(default=True)
+
+  def __post_init__(self):
+    _check_degrees("Engine", tp=self.tp, pp=self.pp, ep=self.ep, max_seqs=self.max_seqs)
+    pytree.check_fraction("Engine", memory_fraction=self.memory_fraction)
+
+  def replace(self, **changes) -> "Engine":
+    return dataclasses.replace(self, **changes)

@@ -1,0 +1,77 @@
+"""Roofline time of one operation on one GPU.
+
+    time = max(flops / (peak * eff_flop), bytes / (bw * eff_mem))
+
+with the efficiencies from :func:`efficiency.saturating_efficiency`, a smooth
+function of the operation's ideal time. The maximum is exact when ``tau == 0``
+and a p-norm surrogate otherwise (see :mod:`smooth`). Both the exact and the
+relaxed model call this one function.
+
+References: Williams, Waterman & Patterson, "Roofline", CACM 2009.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from costmodel._src import efficiency as eff_lib
+from costmodel._src import smooth
+from costmodel._src.hardware import Hardware
+
+
+class RooflineTime(NamedTuple):
+  """Time of an operation, split by the bound that sets it."""
+
+  time_s: jax.Array
+  compute_s: jax.Array  # share of time_s attributed to compute
+  memory_s: jax.Array  # share of time_s attributed to memory
+
+
+def compute_time(flops, rows, hw: Hardware, eff: eff_lib.Efficiency,
+                 peak_scale=1.0) -> jax.Array:
+  """Time of GEMMs totalling ``flops`` whose activation operand has ``rows`` rows.
+
+  Args:
+    flops: Total floating-point operations.
+    rows: Rows M of each GEMM (tokens); short M runs at lower efficiency.
+    hw: The accelerator.
+    eff: Efficiency parameters.
+    peak_scale: Multiplier on the peak (e.g. attention efficiency).
+  """
+  peak = hw.peak_flops_per_s * peak_scale
+  e = eff_lib.saturating_efficiency(rows, hw.matmul_efficiency_max,
+                                    eff.matmul_half_rows, eff.matmul_exponent)
+  return flops / (peak * e)
+
+
+def memory_time(nbytes, hw: Hardware, eff: eff_lib.Efficiency, n_ops=1.0) -> jax.Array:
+  """Time to stream ``nbytes`` through HBM in ``n_ops`` equal transfers."""
+  ideal = nbytes / hw.hbm_bandwidth_bytes_per_s
+  e = eff_lib.saturating_efficiency(ideal / n_ops, hw.hbm_efficiency_max,
+                                    eff.memory_half_time_s, eff.memory_exponent)
+  return ideal / e
+
+
+def roofline(flops, nbytes, rows, hw: Hardware, eff: eff_lib.Efficiency, n_ops=1.0,
+             tau=0.0, peak_scale=1.0) -> RooflineTime:
+  """Roofline time of ``n_ops`` GEMM-like operations with ``rows`` rows each.
+
+  ``flops`` and ``nbytes`` are totals over the ``n_ops`` operations; the
+  memory efficiency depends on the bytes each one moves.
+
+  Returns:
+    A :class:`RooflineTime` whose ``compute_s + memory_s == time_s``; the split
+    follows which bound dominates (smoothly, by a logistic of the log ratio).
+
+  Example:
+    >>> t = roofline(2 * 4096**3, 3 * 2 * 4096**2, 4096, hw.get("H100"), Efficiency())
+  """
+  t_c = compute_time(flops, rows, hw, eff, peak_scale)
+  t_m = memory_time(nbytes, hw, eff, n_ops)
+  t = smooth.smax(t_c, t_m, tau)
+  w = jax.nn.sigmoid(8.0 * (smooth.safe_log(t_c) - smooth.safe_log(t_m)))
+  w = jnp.where((t_c == 0) & (t_m == 0), 0.5, w)
+  return RooflineTime(t, t * w, t * (1.0 - w))

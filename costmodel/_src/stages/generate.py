@@ -1,0 +1,187 @@
+"""Rollout generation on vLLM/SGLang-style engines: prefill, decode, long tail.
+
+Each of ``R = pool_gpus / (tp * pp)`` engine replicas receives ``N / R``
+sequences. Concurrency per engine is limited by the KV cache (what the memory
+fraction leaves after weights and workspace), by ``max_seqs`` and by the
+sequences it holds. Decode advances all running sequences one token per step;
+a step reads the (touched) weights and every running sequence's KV cache and
+does ``2 * active params`` FLOPs per token, so it is memory bound until the
+batch passes the ridge point, plus two TP all-reduces per layer (small
+messages: latency bound) and the engine's per-step overhead.
+
+The long tail: responses come as K equal-mass length bins (``ResponseLength``).
+While bin k decodes, only the bins >= k are alive, so the batch shrinks as
+sequences finish and the last ones run at poor efficiency. When the KV cache
+holds fewer than all sequences (continuous batching), a queue phase at full
+concurrency precedes the tail.
+
+With PP, ``pp`` micro-batches of ``B / pp`` sequences fill the pipeline; a
+round (every sequence advances one token) takes ``pp`` stage passes, each
+reading the stage's weights again.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from costmodel._src import collectives
+from costmodel._src import layers
+from costmodel._src import roofline
+from costmodel._src import smooth
+from costmodel._src.cluster import Cluster
+from costmodel._src.efficiency import Efficiency
+from costmodel._src.job import RLJob
+from costmodel._src.layout import Engine
+from costmodel._src.model import ModelSpec
+from costmodel._src.stages import common
+
+WORKSPACE_BYTES = 2.0 * 2**30  # activations, CUDA graphs, sampler buffers
+
+
+def kv_bytes_per_token_per_gpu(model: ModelSpec, engine: Engine, kv_bytes: float):
+  """KV bytes one GPU of an engine stores per token.
+
+  GQA heads split over TP while ``n_kv_heads >= tp`` and are replicated past
+  it; MLA's compressed latent is replicated on every TP rank.
+  """
+  kv_tp = 1.0 if model.is_mla else smooth.smin(engine.tp, float(model.n_kv_heads))
+  return model.kv_bytes_per_token(kv_bytes) / (kv_tp * engine.pp)
+
+
+def engine_weight_bytes(model: ModelSpec, engine: Engine, param_bytes: float):
+  """Weight bytes per GPU of one engine."""
+  return float(model.total_params) * param_bytes / (engine.tp * engine.pp)
+
+
+def _step(model, job, engine, cluster, eff, batch, ctx, tau):
+  """Decode round time (all ``batch`` sequences advance one token): parts."""
+  hw = cluster.accelerator
+  tp, pp = engine.tp, engine.pp
+  mb = batch / pp
+  w = layers.forward_work(model, mb, ctx, tp=tp, pp=pp, ep=engine.ep,
+                          param_bytes=job.param_bytes, lm_head=True)
+  kv_read = mb * ctx * kv_bytes_per_token_per_gpu(model, engine, job.kv_bytes)
+  rf = roofline.roofline(w.matmul_flops + w.attention_flops,
+                         w.weight_bytes + kv_read + w.activation_bytes, w.rows, hw, eff,
+                         n_ops=w.n_gemms, tau=tau)
+  domain = cluster.scaleup_domain
+  moe_ep = engine.ep > 1.0
+  tp_coll = w.tp_collectives * jnp.where(moe_ep, 1.0 - 0.5 * model.n_moe_layers / model.n_layers,
+                                         1.0)
+  comm = tp_coll * collectives.collective_time("all_reduce", w.tp_bytes, tp, domain, hw, eff, tau)
+  comm = comm + w.ep_collectives * collectives.collective_time(
+      "all_to_all", w.ep_bytes, engine.ep, domain, hw, eff, tau)
+  handoff = collectives.collective_time("p2p", w.tp_bytes, jnp.where(pp > 1, 2.0, 1.0),
+                                        jnp.where(tp * pp > domain, 1.0, 2.0), hw, eff)
+  comm = comm + (pp - 1.0) / pp * handoff
+  return rf.compute_s * pp, rf.memory_s * pp, comm * pp
+
+
+def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: Cluster,
+             eff: Efficiency, tau=0.0, samples=None) -> common.StageCost:
+  """Cost of generating one step's responses on ``pool_gpus`` GPUs.
+
+  Args:
+    model: The policy.
+    job: The RL job (prompt length, response-length bins, sample count).
+    engine: Engine layout (replicas fill the pool).
+    pool_gpus: GPUs of the rollout pool.
+    cluster: The cluster.
+    eff: Efficiency parameters.
+    tau: Smoothing temperature (0 = exact).
+    samples: Sequences to generate (default: the job's generated samples).
+
+  Returns:
+    A :class:`StageCost`. ``extras`` holds ``replicas``, ``concurrency``
+    (peak running sequences per engine), ``mean_concurrency``,
+    ``decode_tokens_per_s`` (per engine), ``tail_share`` (share of decode
+    time spent with fewer than half the peak sequences running),
+    ``steady_time_s`` (the stage without its tail: what partial rollouts
+    approach), ``kv_tokens`` (KV capacity per engine), ``limit_bytes`` (the
+    engine's memory budget per GPU) and ``min_kv_bytes``.
+  """
+  hw = cluster.accelerator
+  n_seq = job.generated_samples_per_step if samples is None else jnp.asarray(samples, float)
+  replicas = pool_gpus / (engine.tp * engine.pp)
+  n_r = n_seq / replicas
+  knots = jnp.asarray(job.response.knots, float)
+  k_bins = knots.shape[-1]
+  mean_resp = jnp.mean(knots)
+  max_resp = knots[-1]
+  prompt = jnp.asarray(job.prompt_len, float)
+
+  # Memory and concurrency.
+  weights = engine_weight_bytes(model, engine, job.param_bytes)
+  kv_tok = kv_bytes_per_token_per_gpu(model, engine, job.kv_bytes)
+  limit = engine.memory_fraction * hw.hbm_bytes
+  kv_budget = smooth.relu(limit - weights - WORKSPACE_BYTES, hw.hbm_bytes, tau)
+  kv_tokens = kv_budget / kv_tok
+  second_moment = jnp.mean(knots**2)
+  ctx_running = prompt + 0.5 * second_moment / mean_resp  # length-biased
+  c_kv = kv_tokens / (prompt + mean_resp)
+  conc = smooth.smin(smooth.smin(engine.max_seqs, n_r, tau), c_kv, tau)
+  conc = jnp.maximum(conc, 1e-3)
+
+  # Tail: bins alive (K-k)/K while bin k decodes, k = 0..K-1.
+  alive = (k_bins - jnp.arange(k_bins, dtype=float)) / k_bins
+  prev = jnp.concatenate([jnp.zeros((1,)), knots[:-1]])
+  delta = knots - prev
+  ctx = prompt + 0.5 * (knots + prev)
+  batch = conc * alive
+  c_s, m_s, x_s = _step(model, job, engine, cluster, eff, batch, ctx, tau)
+  over = eff.decode_step_overhead_s
+  tail_parts = (jnp.sum(delta * c_s), jnp.sum(delta * m_s), jnp.sum(delta * x_s),
+                jnp.sum(delta) * over)
+  tail_mask = alive < 0.5
+  tail_share_num = jnp.sum(jnp.where(tail_mask, delta * (c_s + m_s + x_s + over), 0.0))
+
+  # Queue phase: the KV cache is full, concurrency stays at its peak.
+  queue_steps = smooth.relu(n_r - conc, n_r, tau) * mean_resp / conc
+  qc, qm, qx = _step(model, job, engine, cluster, eff, conc, ctx_running, tau)
+  queue_parts = (queue_steps * qc, queue_steps * qm, queue_steps * qx, queue_steps * over)
+
+  # Prefill: compute bound, once per prompt with prefix caching.
+  prefill_tokens = n_r * prompt / (job.samples_per_prompt if engine.prefix_caching else 1.0)
+  pw = layers.forward_work(model, prefill_tokens, 0.5 * prompt, tp=engine.tp, pp=1.0,
+                           ep=engine.ep, param_bytes=job.param_bytes, lm_head=False)
+  chunks = jnp.maximum(prefill_tokens / 8192.0, 1.0)  # chunked prefill
+  pr = roofline.roofline(pw.matmul_flops + pw.attention_flops,
+                         pw.weight_bytes * chunks + pw.activation_bytes,
+                         prefill_tokens / chunks, hw, eff, n_ops=pw.n_gemms * chunks, tau=tau)
+  p_comm = pw.tp_collectives * collectives.collective_time(
+      "all_reduce", pw.tp_bytes, engine.tp, cluster.scaleup_domain, hw, eff, tau)
+
+  compute_s = tail_parts[0] + queue_parts[0] + pr.compute_s
+  memory_s = tail_parts[1] + queue_parts[1] + pr.memory_s
+  comm_s = tail_parts[2] + queue_parts[2] + p_comm
+  overhead_s = tail_parts[3] + queue_parts[3] + eff.generate_overhead_s
+  decode_s = sum(tail_parts) + sum(queue_parts)
+  tokens_r = n_r * mean_resp
+
+  # Without the tail: every token decoded at peak concurrency.
+  steady_steps = tokens_r / conc
+  steady_s = steady_steps * (qc + qm + qx + over) + pr.time_s + p_comm + eff.generate_overhead_s
+
+  # Work and depth.
+  fwd_flops = model.forward_flops_per_token(ctx_running)
+  total_flops = n_seq * (mean_resp * fwd_flops + prompt * model.forward_flops_per_token(
+      0.5 * prompt))
+  kv_stream = n_seq * mean_resp * ctx_running * model.kv_bytes_per_token(job.kv_bytes)
+  work = smooth.smax(total_flops / (hw.peak_flops_per_s * hw.matmul_efficiency_max),
+                     kv_stream / (hw.hbm_bandwidth_bytes_per_s * hw.hbm_efficiency_max), tau)
+  one = _step(model, job, engine, cluster, eff, jnp.ones(()), prompt + 0.5 * max_resp, tau)
+  depth = max_resp * (one[0] + one[1] + one[2] + over)
+
+  min_kv = (prompt + max_resp) * kv_tok
+  memory = common.Memory.zeros()._replace(
+      weights=weights, kv_cache=smooth.smax(kv_budget, min_kv, tau),
+      workspace=jnp.asarray(WORKSPACE_BYTES))
+  return common.make_cost(
+      compute_s, memory_s, comm_s, jnp.zeros(()), overhead_s, work, depth, total_flops,
+      memory, replicas=replicas, concurrency=conc,
+      mean_concurrency=tokens_r / jnp.maximum(queue_steps + max_resp, 1.0),
+      decode_tokens_per_s=tokens_r / jnp.maximum(decode_s, 1e-9),
+      tail_share=tail_share_num / jnp.maximum(decode_s, 1e-9),
+      steady_time_s=steady_s, kv_tokens=kv_tokens, limit_bytes=limit,
+      min_kv_bytes=min_kv, decode_s=decode_s, prefill_s=pr.time_s + p_comm)

@@ -1,0 +1,88 @@
+"""Inference stages: reference and old log-probs, critic values, reward model.
+
+A forward pass over every sample's prompt + response tokens, in micro-batches
+of ``micro_batch`` sequences per GPU, on ``dp = pool_gpus / (tp * pp * cp)``
+data-parallel ranks. With PP the micro-batches stream through the pipeline
+(``m + pp - 1`` stage passes). With ZeRO-3/FSDP the weights are gathered once
+per micro-batch. The logits (tokens x vocab, FP32, split over TP) are held for
+the log-prob and count towards memory.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from costmodel._src import collectives
+from costmodel._src import layers
+from costmodel._src import smooth
+from costmodel._src.cluster import Cluster
+from costmodel._src.efficiency import Efficiency
+from costmodel._src.job import RLJob
+from costmodel._src.layout import Parallel
+from costmodel._src.model import ModelSpec
+from costmodel._src.stages import common
+
+
+def sequence_tokens(job: RLJob):
+  """Mean tokens per sample (prompt + response) and the longest sample."""
+  return (jnp.asarray(job.prompt_len, float) + job.response.mean,
+          jnp.asarray(job.prompt_len, float) + job.response.max)
+
+
+def weight_shard(model: ModelSpec, layout: Parallel, dp):
+  """Parameters per GPU before ZeRO sharding: TP x PP split, experts over EP."""
+  expert = float(model.expert_params_total)
+  dense = float(model.total_params) - expert
+  return dense / (layout.tp * layout.pp) + expert / (layout.tp * layout.pp * layout.ep)
+
+
+def infer(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cluster,
+          eff: Efficiency, tau=0.0, samples=None, lm_head: bool = True) -> common.StageCost:
+  """Cost of one forward pass over the step's samples.
+
+  Args:
+    model: The model run (reference, actor, critic or reward model).
+    job: The RL job.
+    layout: Layout on the pool (dp is what remains of the pool).
+    pool_gpus: GPUs of the pool.
+    cluster: The cluster.
+    eff: Efficiency parameters.
+    tau: Smoothing temperature.
+    samples: Samples to score (default: the job's samples per step).
+    lm_head: False for value and reward heads (one output per token).
+  """
+  hw = cluster.accelerator
+  n = job.samples_per_step if samples is None else jnp.asarray(samples, float)
+  dp = pool_gpus / (layout.tp * layout.pp * layout.cp)
+  seq, seq_max = sequence_tokens(job)
+  per_rank = n / dp
+  m = smooth.ceil(per_rank / layout.micro_batch, tau)  # micro-batches per rank
+  mb_seqs = per_rank / m
+  work = layers.forward_work(model, mb_seqs * seq, 0.5 * seq, tp=layout.tp, pp=layout.pp,
+                             cp=layout.cp, ep=layout.ep, param_bytes=job.param_bytes,
+                             lm_head=lm_head)
+  pt = common.pass_time(work, 1.0, cluster, eff, layout.tp, layout.cp, layout.ep, tau)
+  stage_s = pt.compute_s + pt.memory_s + pt.comm_s
+  # ZeRO-3: all-gather the stage's weights once per micro-batch.
+  shard = weight_shard(model, layout, dp)
+  gather = jnp.where(layout.zero_stage >= 3, collectives.collective_time(
+      "all_gather", shard * job.param_bytes, dp * layout.cp, cluster.scaleup_domain, hw, eff,
+      tau), 0.0)
+  gather_exposed = gather * (1.0 - eff.dp_overlap)
+  compute_s = m * pt.compute_s
+  memory_s = m * pt.memory_s
+  comm_s = m * (pt.comm_s + gather_exposed)
+  bubble_s = (layout.pp - 1.0) * stage_s
+  overhead_s = jnp.asarray(eff.infer_overhead_s, float)
+  flops = n * seq * model.forward_flops_per_token(0.5 * seq)
+  work_gpu_s = flops / (hw.peak_flops_per_s * hw.matmul_efficiency_max)
+  depth_s = layout.pp * stage_s  # one micro-batch through every stage
+  # Memory: weights (ZeRO-3 sharded), activations of one micro-batch, logits.
+  weights = shard * job.param_bytes / jnp.where(layout.zero_stage >= 3, dp * layout.cp, 1.0)
+  act = 4.0 * mb_seqs * seq_max / layout.cp * model.hidden * 2.0 / layout.tp
+  logits = (mb_seqs * seq_max / layout.cp * model.vocab * job.logits_bytes / layout.tp
+            if lm_head else jnp.zeros(()))
+  memory = common.Memory.zeros()._replace(weights=weights, activations=act, logits=logits,
+                                          workspace=jnp.asarray(1.0 * 2**30))
+  return common.make_cost(compute_s, memory_s, comm_s, bubble_s, overhead_s, work_gpu_s,
+                          depth_s, flops, memory, micro_batches=m, dp=dp)
