@@ -1,0 +1,48 @@
+"""rlcost's cost model: a differentiable roofline model of RL post-training.
+
+Specs (model, hardware, cluster, job) -> operation costs (roofline,
+collectives) -> stage costs (generate, infer, train, weight sync, memory) ->
+the step model (placement, schedule, work and depth) -> an :class:`Estimate`.
+"""
+
+from costmodel import hardware
+from costmodel import models
+from costmodel._src.cluster import Cluster
+from costmodel._src.collectives import collective_time
+from costmodel._src.efficiency import Efficiency
+from costmodel._src.estimate import Estimate
+from costmodel._src.hardware import Hardware
+from costmodel._src.job import ResponseLength
+from costmodel._src.job import RLJob
+from costmodel._src.layout import Engine
+from costmodel._src.layout import Parallel
+from costmodel._src.model import ModelSpec
+from costmodel._src.plan import Mode
+from costmodel._src.plan import Plan
+from costmodel._src.plan import Pool
+from costmodel._src.plan import RolePlan
+from costmodel._src.plan import validate as validate_plan
+from costmodel._src.roofline import roofline
+from costmodel._src.step import estimate
+
+__all__ = (
+    "Cluster",
+    "Efficiency",
+    "Engine",
+    "Estimate",
+    "Hardware",
+    "Mode",
+    "ModelSpec",
+    "Parallel",
+    "Plan",
+    "Pool",
+    "RLJob",
+    "ResponseLength",
+    "RolePlan",
+    "collective_time",
+    "estimate",
+    "hardware",
+    "models",
+    "roofline",
+    "validate_plan",
+)

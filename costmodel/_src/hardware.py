@@ -13,6 +13,9 @@ from costmodel._src import pytree
 
 TERA = 1e12
 GIGA = 1e9
+# Memory capacities: the marketed "80 GB", "141 GB" parts expose about that many
+# GiB (nvidia-smi: 81,559 MiB on H100, 143,771 MiB on H200, ~179 GB on B200).
+GIB = float(2**30)
 
 
 @pytree.pytree_dataclass
@@ -90,7 +93,7 @@ _PRESETS: dict[str, dict] = {
     # 94% at 8192x16384^2, Vidur MLP 77% (PyTorch); GEMV 71-79% of HBM (Vidur).
     "A100-80GB": dict(
         peak_flops_per_s=312 * TERA, peak_fp8_flops_per_s=312 * TERA,
-        hbm_bytes=80 * GIGA, hbm_bandwidth_bytes_per_s=2039 * GIGA,
+        hbm_bytes=80 * GIB, hbm_bandwidth_bytes_per_s=2039 * GIGA,
         scaleup_bandwidth_bytes_per_s=300 * GIGA, scaleup_latency_s=8e-6,
         scaleout_bandwidth_bytes_per_s=25 * GIGA, scaleout_latency_s=15e-6,
         host_bandwidth_bytes_per_s=25 * GIGA,
@@ -105,7 +108,7 @@ _PRESETS: dict[str, dict] = {
     # reach 69-82% of peak; GEMV reaches 81-92% of HBM.
     "H100": dict(
         peak_flops_per_s=989 * TERA, peak_fp8_flops_per_s=1979 * TERA,
-        hbm_bytes=80 * GIGA, hbm_bandwidth_bytes_per_s=3350 * GIGA,
+        hbm_bytes=80 * GIB, hbm_bandwidth_bytes_per_s=3350 * GIGA,
         scaleup_bandwidth_bytes_per_s=450 * GIGA, scaleup_latency_s=6e-6,
         scaleout_bandwidth_bytes_per_s=50 * GIGA, scaleout_latency_s=12e-6,
         host_bandwidth_bytes_per_s=55 * GIGA,
@@ -117,7 +120,7 @@ _PRESETS: dict[str, dict] = {
     # fields as H100 [unverified].
     "H800": dict(
         peak_flops_per_s=989 * TERA, peak_fp8_flops_per_s=1979 * TERA,
-        hbm_bytes=80 * GIGA, hbm_bandwidth_bytes_per_s=3350 * GIGA,
+        hbm_bytes=80 * GIB, hbm_bandwidth_bytes_per_s=3350 * GIGA,
         scaleup_bandwidth_bytes_per_s=200 * GIGA, scaleup_latency_s=6e-6,
         scaleout_bandwidth_bytes_per_s=50 * GIGA, scaleout_latency_s=12e-6,
         host_bandwidth_bytes_per_s=55 * GIGA,
@@ -126,7 +129,7 @@ _PRESETS: dict[str, dict] = {
     # bidirectional [all unverified: treat as a guess]; 400 Gb/s NIC assumed.
     "H20": dict(
         peak_flops_per_s=148 * TERA, peak_fp8_flops_per_s=296 * TERA,
-        hbm_bytes=96 * GIGA, hbm_bandwidth_bytes_per_s=4000 * GIGA,
+        hbm_bytes=96 * GIB, hbm_bandwidth_bytes_per_s=4000 * GIGA,
         scaleup_bandwidth_bytes_per_s=450 * GIGA, scaleup_latency_s=6e-6,
         scaleout_bandwidth_bytes_per_s=50 * GIGA, scaleout_latency_s=12e-6,
         host_bandwidth_bytes_per_s=55 * GIGA,
@@ -136,7 +139,7 @@ _PRESETS: dict[str, dict] = {
     # [unverified]. nccl-tests #272: 475 GB/s all-reduce busbw on 8 GPUs.
     "H200": dict(
         peak_flops_per_s=989 * TERA, peak_fp8_flops_per_s=1979 * TERA,
-        hbm_bytes=141 * GIGA, hbm_bandwidth_bytes_per_s=4800 * GIGA,
+        hbm_bytes=141 * GIB, hbm_bandwidth_bytes_per_s=4800 * GIGA,
         scaleup_bandwidth_bytes_per_s=450 * GIGA, scaleup_latency_s=6e-6,
         scaleout_bandwidth_bytes_per_s=50 * GIGA, scaleout_latency_s=12e-6,
         host_bandwidth_bytes_per_s=55 * GIGA,
@@ -147,7 +150,7 @@ _PRESETS: dict[str, dict] = {
     # [unverified]. Efficiencies assumed as H100 [unverified].
     "B200": dict(
         peak_flops_per_s=2250 * TERA, peak_fp8_flops_per_s=4500 * TERA,
-        hbm_bytes=180 * GIGA, hbm_bandwidth_bytes_per_s=8000 * GIGA,
+        hbm_bytes=179 * GIB, hbm_bandwidth_bytes_per_s=8000 * GIGA,
         scaleup_bandwidth_bytes_per_s=900 * GIGA, scaleup_latency_s=5e-6,
         scaleout_bandwidth_bytes_per_s=50 * GIGA, scaleout_latency_s=12e-6,
         host_bandwidth_bytes_per_s=55 * GIGA,
@@ -158,7 +161,7 @@ _PRESETS: dict[str, dict] = {
     # direction [unverified].
     "GB200": dict(
         peak_flops_per_s=2500 * TERA, peak_fp8_flops_per_s=5000 * TERA,
-        hbm_bytes=186 * GIGA, hbm_bandwidth_bytes_per_s=8000 * GIGA,
+        hbm_bytes=186 * GIB, hbm_bandwidth_bytes_per_s=8000 * GIGA,
         scaleup_bandwidth_bytes_per_s=900 * GIGA, scaleup_latency_s=5e-6,
         scaleout_bandwidth_bytes_per_s=100 * GIGA, scaleout_latency_s=12e-6,
         host_bandwidth_bytes_per_s=450 * GIGA,
@@ -170,7 +173,7 @@ _PRESETS: dict[str, dict] = {
     # public GEMM reports [unverified].
     "MI300X": dict(
         peak_flops_per_s=1307.4 * TERA, peak_fp8_flops_per_s=2614.9 * TERA,
-        hbm_bytes=192 * GIGA, hbm_bandwidth_bytes_per_s=5300 * GIGA,
+        hbm_bytes=192 * GIB, hbm_bandwidth_bytes_per_s=5300 * GIGA,
         scaleup_bandwidth_bytes_per_s=448 * GIGA, scaleup_latency_s=8e-6,
         scaleout_bandwidth_bytes_per_s=50 * GIGA, scaleout_latency_s=12e-6,
         host_bandwidth_bytes_per_s=55 * GIGA,

@@ -1,0 +1,293 @@
+"""A placement and layout of every role of an RL job on a cluster.
+
+A :class:`Plan` names GPU pools, assigns each role (actor, reference, critic,
+reward model) to a pool with a layout per phase (training, inference), places
+the rollout engines on a pool, and picks the execution mode. Stages on one
+pool run one after another; stages on different pools overlap where the
+algorithm's stage graph allows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from costmodel._src import pytree
+from costmodel._src.cluster import Cluster
+from costmodel._src.job import RLJob
+from costmodel._src.layout import Engine, Parallel
+from costmodel._src.model import ModelSpec
+
+ROLES = ("actor", "reference", "critic", "reward")
+
+
+@pytree.pytree_dataclass
+class Pool:
+  """A named group of GPUs."""
+
+  name: str = pytree.static_field()
+  gpus: float = 8.0
+
+
+@pytree.pytree_dataclass
+class RolePlan:
+  """Where a role lives and how it is laid out.
+
+  Attributes:
+    role: One of ``actor``, ``reference``, ``critic``, ``reward``.
+    pool: Name of its pool.
+    train: Training layout (actor, critic); None for inference-only roles.
+    infer: Inference layout (log-probs, values, rewards); defaults to
+      ``train`` when None.
+  """
+
+  role: str = pytree.static_field()
+  pool: str = pytree.static_field()
+  train: Parallel | None = None
+  infer: Parallel | None = None
+
+  @property
+  def infer_layout(self) -> Parallel:
+    return self.infer if self.infer is not None else self.train
+
+
+@pytree.pytree_dataclass
+class Mode:
+  """Execution mode.
+
+  Attributes:
+    staleness: 0 = synchronous on-policy; k >= 1 = generation of step i + k
+      overlaps training of step i (one-step-off-policy is k = 1). Needs the
+      rollout engines on a pool without the actor's training.
+    partial_rollout: Fully asynchronous rollouts that carry unfinished
+      sequences over to the next step (cuts the generation tail).
+    fuse_inference: Inference of finished samples overlaps the generation
+      tail (RLHFuse-style).
+    fuse_training: Actor and critic training share one pipeline, filling each
+      other's bubbles.
+  """
+
+  staleness: int = pytree.static_field(default=0)
+  partial_rollout: bool = pytree.static_field(default=False)
+  fuse_inference: bool = pytree.static_field(default=False)
+  fuse_training: bool = pytree.static_field(default=False)
+
+  def __post_init__(self):
+    if not isinstance(self.staleness, int) or self.staleness < 0:
+      raise ValueError(f"Mode: staleness={self.staleness!r} must be an integer >= 0")
+    if self.partial_rollout and self.staleness == 0:
+      raise ValueError("Mode: partial_rollout=True needs staleness >= 1 (asynchronous)")
+
+  @property
+  def name(self) -> str:
+    parts = ["sync" if self.staleness == 0 else f"async(k={self.staleness})"]
+    if self.partial_rollout:
+      parts.append("partial")
+    if self.fuse_inference:
+      parts.append("fuse-infer")
+    if self.fuse_training:
+      parts.append("fuse-train")
+    return "+".join(parts)
+
+
+def required_roles(job: RLJob) -> tuple[str, ...]:
+  """Roles the job's algorithm needs."""
+  roles = ["actor"]
+  if job.use_reference:
+    roles.append("reference")
+  if job.has_critic:
+    roles.append("critic")
+  if job.has_reward_model:
+    roles.append("reward")
+  return tuple(roles)
+
+
+def role_model(job: RLJob, role: str) -> ModelSpec:
+  """The architecture a role runs."""
+  return {"actor": job.actor, "reference": job.actor, "critic": job.critic,
+          "reward": job.reward_model}[role]
+
+
+@pytree.pytree_dataclass
+class Plan:
+  """Pools, role placement and layouts, rollout engines, execution mode."""
+
+  pools: tuple[Pool, ...]
+  roles: tuple[RolePlan, ...]
+  engine: Engine
+  rollout_pool: str = pytree.static_field()
+  mode: Mode = dataclasses.field(default_factory=Mode)
+
+  def pool(self, name: str) -> Pool:
+    for p in self.pools:
+      if p.name == name:
+        return p
+    raise ValueError(f"Plan: pool={name!r} is not one of {[p.name for p in self.pools]}")
+
+  def role(self, name: str) -> RolePlan | None:
+    for r in self.roles:
+      if r.role == name:
+        return r
+    return None
+
+  @property
+  def pool_names(self) -> tuple[str, ...]:
+    return tuple(p.name for p in self.pools)
+
+  def shares_pool(self, role: str) -> bool:
+    """True when ``role`` sits on the rollout pool (colocated with generation)."""
+    r = self.role(role)
+    return r is not None and r.pool == self.rollout_pool
+
+  def replace(self, **changes) -> "Plan":
+    return dataclasses.replace(self, **changes)
+
+  # ----- convenience constructors -----------------------------------------
+
+  @classmethod
+  def colocated(cls, job: RLJob, cluster: Cluster, train: Parallel | None = None,
+                engine: Engine | None = None, infer: Parallel | None = None,
+                critic: Parallel | None = None, mode: Mode | None = None) -> "Plan":
+    """Every role and the engines on one pool of the whole cluster (veRL's
+    hybrid engine, DeepSpeed-Chat)."""
+    train = train if train is not None else Parallel()
+    pool = Pool("all", float(cluster.n_gpus))
+    roles = []
+    for role in required_roles(job):
+      if role in ("actor",):
+        roles.append(RolePlan(role, "all", train=train, infer=infer))
+      elif role == "critic":
+        roles.append(RolePlan(role, "all", train=critic or train, infer=infer))
+      else:
+        roles.append(RolePlan(role, "all", infer=infer or train))
+    return cls(pools=(pool,), roles=tuple(roles), engine=engine or Engine(),
+               rollout_pool="all", mode=mode or Mode())
+
+  @classmethod
+  def split(cls, job: RLJob, cluster: Cluster, gen_gpus: int, train: Parallel | None = None,
+            engine: Engine | None = None, infer: Parallel | None = None,
+            critic: Parallel | None = None, mode: Mode | None = None) -> "Plan":
+    """Generation on its own pool of ``gen_gpus``; every other role on the rest
+    (OpenRLHF, one-step-off-policy and fully asynchronous recipes)."""
+    n = cluster.n_gpus
+    if not 0 < gen_gpus < n:
+      raise ValueError(f"Plan.split: gen_gpus={gen_gpus} must lie in (0, {n})")
+    train = train if train is not None else Parallel()
+    pools = (Pool("gen", float(gen_gpus)), Pool("train", float(n - gen_gpus)))
+    roles = []
+    for role in required_roles(job):
+      if role == "actor":
+        roles.append(RolePlan(role, "train", train=train, infer=infer))
+      elif role == "critic":
+        roles.append(RolePlan(role, "train", train=critic or train, infer=infer))
+      else:
+        roles.append(RolePlan(role, "train", infer=infer or train))
+    return cls(pools=pools, roles=tuple(roles), engine=engine or Engine(),
+               rollout_pool="gen", mode=mode or Mode())
+
+
+def _int(v) -> float | None:
+  if not pytree.is_concrete(v):
+    return None
+  a = np.asarray(v, dtype=float)
+  return float(a) if a.ndim == 0 else None
+
+
+def _check_layout(where: str, model: ModelSpec, layout: Parallel, gpus: float) -> None:
+  tp, pp, cp, ep = (_int(layout.tp), _int(layout.pp), _int(layout.cp), _int(layout.ep))
+  if None in (tp, pp, cp, ep):
+    return
+  for name, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep)):
+    if v != int(v):
+      raise ValueError(f"{where}: {name}={v:g} must be an integer")
+  mp = tp * pp * cp
+  if gpus % mp:
+    raise ValueError(f"{where}: tp*pp*cp={mp:g} must divide the pool's {gpus:g} GPUs")
+  if model.n_heads % tp:
+    raise ValueError(f"{where}: tp={tp:g} must divide n_heads={model.n_heads}")
+  if not model.is_mla and model.n_kv_heads % tp and tp % model.n_kv_heads:
+    raise ValueError(f"{where}: tp={tp:g} and n_kv_heads={model.n_kv_heads} must divide one "
+                     "another")
+  if pp > model.n_layers:
+    raise ValueError(f"{where}: pp={pp:g} exceeds n_layers={model.n_layers}")
+  if ep > 1:
+    if not model.is_moe:
+      raise ValueError(f"{where}: ep={ep:g} needs an MoE model")
+    if model.n_experts % ep:
+      raise ValueError(f"{where}: ep={ep:g} must divide n_experts={model.n_experts}")
+    dp = gpus / mp
+    if (dp * cp) % ep:
+      raise ValueError(f"{where}: ep={ep:g} must divide dp*cp={dp * cp:g}")
+
+
+def validate(plan: Plan, job: RLJob, cluster: Cluster) -> None:
+  """Checks a concrete plan against the job and cluster.
+
+  Raises:
+    ValueError: naming what is wrong: an unknown or missing pool or role,
+      pools larger than the cluster, degrees that do not divide the pool or
+      the model's heads, layers or experts.
+  """
+  names = [p.name for p in plan.pools]
+  if len(set(names)) != len(names):
+    raise ValueError(f"Plan: pool names {names} must be unique")
+  sizes = {p.name: _int(p.gpus) for p in plan.pools}
+  if all(v is not None for v in sizes.values()):
+    for name, v in sizes.items():
+      if v < 1 or v != int(v):
+        raise ValueError(f"Plan: pool {name!r} gpus={v:g} must be a positive integer")
+    total = sum(sizes.values())
+    if total > cluster.n_gpus:
+      raise ValueError(f"Plan: pools hold {total:g} GPUs, more than the cluster's "
+                       f"{cluster.n_gpus}")
+  if plan.rollout_pool not in names:
+    raise ValueError(f"Plan: rollout_pool={plan.rollout_pool!r} is not one of {names}")
+  seen = set()
+  for r in plan.roles:
+    if r.role not in ROLES:
+      raise ValueError(f"Plan: role={r.role!r} is not one of {ROLES}")
+    if r.role in seen:
+      raise ValueError(f"Plan: role {r.role!r} is placed twice")
+    seen.add(r.role)
+    if r.pool not in names:
+      raise ValueError(f"Plan: role {r.role!r} is on pool={r.pool!r}, not one of {names}")
+  for role in required_roles(job):
+    r = plan.role(role)
+    if r is None:
+      raise ValueError(f"Plan: role {role!r} needed by algorithm={job.algorithm!r} has no pool")
+    if role in ("actor", "critic") and r.train is None:
+      raise ValueError(f"Plan: role {role!r} needs a train layout")
+    if r.infer_layout is None:
+      raise ValueError(f"Plan: role {role!r} needs an infer layout")
+  for r in plan.roles:
+    if r.role not in required_roles(job):
+      raise ValueError(f"Plan: role {r.role!r} is not used by algorithm={job.algorithm!r}"
+                       f" (roles: {required_roles(job)})")
+    gpus = sizes[r.pool]
+    if gpus is None:
+      continue
+    model = role_model(job, r.role)
+    if r.train is not None:
+      _check_layout(f"Plan: {r.role} train layout", model, r.train, gpus)
+    _check_layout(f"Plan: {r.role} infer layout", model, r.infer_layout, gpus)
+  gpus = sizes[plan.rollout_pool]
+  e = plan.engine
+  tp, pp, ep = _int(e.tp), _int(e.pp), _int(e.ep)
+  if gpus is not None and None not in (tp, pp, ep):
+    if gpus % (tp * pp):
+      raise ValueError(f"Plan: engine tp*pp={tp * pp:g} must divide the rollout pool's "
+                       f"{gpus:g} GPUs")
+    if job.actor.n_heads % tp:
+      raise ValueError(f"Plan: engine tp={tp:g} must divide n_heads={job.actor.n_heads}")
+    if pp > job.actor.n_layers:
+      raise ValueError(f"Plan: engine pp={pp:g} exceeds n_layers={job.actor.n_layers}")
+    if ep > 1 and (not job.actor.is_moe or ep != tp):
+      raise ValueError(f"Plan: engine ep={ep:g} must be 1 or equal tp={tp:g} on an MoE model")
+  if plan.mode.staleness > 0 and plan.shares_pool("actor"):
+    raise ValueError(f"Plan: staleness={plan.mode.staleness} needs the rollout pool "
+                     f"{plan.rollout_pool!r} apart from the actor's training pool")
+  if plan.mode.fuse_training:
+    a, c = plan.role("actor"), plan.role("critic")
+    if c is None or a.pool != c.pool:
+      raise ValueError("Plan: fuse_training=True needs a critic on the actor's pool")

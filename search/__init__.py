@@ -1,0 +1,1 @@
+"""rlcost's layout search: relaxation, optax optimisation, rounding, baselines."""
