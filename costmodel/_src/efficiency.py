@@ -64,7 +64,7 @@ class Efficiency:
   decode_step_overhead_s: jax.Array | float = 1.5e-3
   generate_overhead_s: jax.Array | float = 5.0
   infer_overhead_s: jax.Array | float = 2.0
-  train_overhead_s: jax.Array | float = 0.5
+  train_overhead_s: jax.Array | float = 0.05
   sync_overhead_s: jax.Array | float = 2.0
   sync_per_tensor_s: jax.Array | float = 0.5e-3
   switch_overhead_s: jax.Array | float = 5.0

@@ -81,10 +81,10 @@ class Hardware:
     return dataclasses.replace(self, **changes)
 
 
-# Latencies: NCCL's per-step latency is a few microseconds on NVLink and ~10-20
-# microseconds across nodes; Calculon assumes 10 us (NVLink) and 20 us (IB).
-# The 2 KiB all-reduce floors measured by Vidur (37 us on 8xH100, 62 us on
-# 8xA100, framework overhead included) bound them from above.
+# Latencies: the alpha of one ring step. The 2 KiB all-reduce floors measured
+# by Vidur (37 us on 8xH100, 62 us on 8xA100, framework overhead included) over
+# the 2 (n - 1) = 14 ring steps give ~2.5 us (H100) and ~4 us (A100) on NVLink;
+# across nodes ~10-20 us (Calculon assumes 20 us on IB).
 _PRESETS: dict[str, dict] = {
     # A100-80GB SXM: 312 TF BF16 dense, 2,039 GB/s HBM2e, NVLink3 300 GB/s per
     # direction (llm-analysis gpu_configs/a100-sxm-80gb.json; Calculon
@@ -94,10 +94,10 @@ _PRESETS: dict[str, dict] = {
     "A100-80GB": dict(
         peak_flops_per_s=312 * TERA, peak_fp8_flops_per_s=312 * TERA,
         hbm_bytes=80 * GIB, hbm_bandwidth_bytes_per_s=2039 * GIGA,
-        scaleup_bandwidth_bytes_per_s=300 * GIGA, scaleup_latency_s=8e-6,
+        scaleup_bandwidth_bytes_per_s=300 * GIGA, scaleup_latency_s=4e-6,
         scaleout_bandwidth_bytes_per_s=25 * GIGA, scaleout_latency_s=15e-6,
         host_bandwidth_bytes_per_s=25 * GIGA,
-        matmul_efficiency_max=0.80, hbm_efficiency_max=0.80,
+        matmul_efficiency_max=0.82, hbm_efficiency_max=0.80,
         # 8-GPU all-reduce busbw 174-200 GB/s of 300 (Vidur; nccl-tests #149);
         # 4x HDR: 84.8 of 100 GB/s per node (nccl-tests #119).
         scaleup_efficiency=0.63, scaleout_efficiency=0.85),
@@ -109,7 +109,7 @@ _PRESETS: dict[str, dict] = {
     "H100": dict(
         peak_flops_per_s=989 * TERA, peak_fp8_flops_per_s=1979 * TERA,
         hbm_bytes=80 * GIB, hbm_bandwidth_bytes_per_s=3350 * GIGA,
-        scaleup_bandwidth_bytes_per_s=450 * GIGA, scaleup_latency_s=6e-6,
+        scaleup_bandwidth_bytes_per_s=450 * GIGA, scaleup_latency_s=2.5e-6,
         scaleout_bandwidth_bytes_per_s=50 * GIGA, scaleout_latency_s=12e-6,
         host_bandwidth_bytes_per_s=55 * GIGA,
         matmul_efficiency_max=0.76, hbm_efficiency_max=0.88,
@@ -121,7 +121,7 @@ _PRESETS: dict[str, dict] = {
     "H800": dict(
         peak_flops_per_s=989 * TERA, peak_fp8_flops_per_s=1979 * TERA,
         hbm_bytes=80 * GIB, hbm_bandwidth_bytes_per_s=3350 * GIGA,
-        scaleup_bandwidth_bytes_per_s=200 * GIGA, scaleup_latency_s=6e-6,
+        scaleup_bandwidth_bytes_per_s=200 * GIGA, scaleup_latency_s=2.5e-6,
         scaleout_bandwidth_bytes_per_s=50 * GIGA, scaleout_latency_s=12e-6,
         host_bandwidth_bytes_per_s=55 * GIGA,
         matmul_efficiency_max=0.76, hbm_efficiency_max=0.88),
@@ -130,7 +130,7 @@ _PRESETS: dict[str, dict] = {
     "H20": dict(
         peak_flops_per_s=148 * TERA, peak_fp8_flops_per_s=296 * TERA,
         hbm_bytes=96 * GIB, hbm_bandwidth_bytes_per_s=4000 * GIGA,
-        scaleup_bandwidth_bytes_per_s=450 * GIGA, scaleup_latency_s=6e-6,
+        scaleup_bandwidth_bytes_per_s=450 * GIGA, scaleup_latency_s=2.5e-6,
         scaleout_bandwidth_bytes_per_s=50 * GIGA, scaleout_latency_s=12e-6,
         host_bandwidth_bytes_per_s=55 * GIGA,
         matmul_efficiency_max=0.85, hbm_efficiency_max=0.85),
@@ -140,7 +140,7 @@ _PRESETS: dict[str, dict] = {
     "H200": dict(
         peak_flops_per_s=989 * TERA, peak_fp8_flops_per_s=1979 * TERA,
         hbm_bytes=141 * GIB, hbm_bandwidth_bytes_per_s=4800 * GIGA,
-        scaleup_bandwidth_bytes_per_s=450 * GIGA, scaleup_latency_s=6e-6,
+        scaleup_bandwidth_bytes_per_s=450 * GIGA, scaleup_latency_s=2.5e-6,
         scaleout_bandwidth_bytes_per_s=50 * GIGA, scaleout_latency_s=12e-6,
         host_bandwidth_bytes_per_s=55 * GIGA,
         matmul_efficiency_max=0.76, hbm_efficiency_max=0.88),
@@ -151,7 +151,7 @@ _PRESETS: dict[str, dict] = {
     "B200": dict(
         peak_flops_per_s=2250 * TERA, peak_fp8_flops_per_s=4500 * TERA,
         hbm_bytes=179 * GIB, hbm_bandwidth_bytes_per_s=8000 * GIGA,
-        scaleup_bandwidth_bytes_per_s=900 * GIGA, scaleup_latency_s=5e-6,
+        scaleup_bandwidth_bytes_per_s=900 * GIGA, scaleup_latency_s=2.5e-6,
         scaleout_bandwidth_bytes_per_s=50 * GIGA, scaleout_latency_s=12e-6,
         host_bandwidth_bytes_per_s=55 * GIGA,
         matmul_efficiency_max=0.76, hbm_efficiency_max=0.88),
@@ -162,7 +162,7 @@ _PRESETS: dict[str, dict] = {
     "GB200": dict(
         peak_flops_per_s=2500 * TERA, peak_fp8_flops_per_s=5000 * TERA,
         hbm_bytes=186 * GIB, hbm_bandwidth_bytes_per_s=8000 * GIGA,
-        scaleup_bandwidth_bytes_per_s=900 * GIGA, scaleup_latency_s=5e-6,
+        scaleup_bandwidth_bytes_per_s=900 * GIGA, scaleup_latency_s=2.5e-6,
         scaleout_bandwidth_bytes_per_s=100 * GIGA, scaleout_latency_s=12e-6,
         host_bandwidth_bytes_per_s=450 * GIGA,
         matmul_efficiency_max=0.76, hbm_efficiency_max=0.88),

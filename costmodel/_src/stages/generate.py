@@ -54,8 +54,13 @@ def engine_weight_bytes(model: ModelSpec, engine: Engine, param_bytes: float):
   return float(model.total_params) * param_bytes / (engine.tp * engine.pp)
 
 
-def _step(model, job, engine, cluster, eff, batch, ctx, tau):
-  """Decode round time (all ``batch`` sequences advance one token): parts."""
+def decode_round(model, job, engine, cluster, eff, batch, ctx, tau=0.0):
+  """One decode round (all ``batch`` sequences advance one token) of an engine.
+
+  Returns:
+    (compute_s, memory_s, comm_s) of the round, without the engine's
+    per-step overhead.
+  """
   hw = cluster.accelerator
   tp, pp = engine.tp, engine.pp
   mb = batch / pp
@@ -76,6 +81,26 @@ def _step(model, job, engine, cluster, eff, batch, ctx, tau):
                                         jnp.where(tp * pp > domain, 1.0, 2.0), hw, eff)
   comm = comm + (pp - 1.0) / pp * handoff
   return rf.compute_s * pp, rf.memory_s * pp, comm * pp
+
+
+def prefill(model, job, engine, cluster, eff, tokens, prompt, tau=0.0):
+  """Prefill of ``tokens`` prompt tokens (prompts of length ``prompt``) on one engine.
+
+  Chunked prefill in chunks of 8,192 tokens; causal attention over the prompt.
+
+  Returns:
+    (RooflineTime of the GEMMs and attention, TP communication seconds).
+  """
+  hw = cluster.accelerator
+  pw = layers.forward_work(model, tokens, 0.5 * prompt, tp=engine.tp, pp=1.0,
+                           ep=engine.ep, param_bytes=job.param_bytes, lm_head=False)
+  chunks = jnp.maximum(tokens / 8192.0, 1.0)
+  pr = roofline.roofline(pw.matmul_flops + pw.attention_flops,
+                         pw.weight_bytes * chunks + pw.activation_bytes,
+                         tokens / chunks, hw, eff, n_ops=pw.n_gemms * chunks, tau=tau)
+  comm = pw.tp_collectives * collectives.collective_time(
+      "all_reduce", pw.tp_bytes, engine.tp, cluster.scaleup_domain, hw, eff, tau)
+  return pr, comm
 
 
 def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: Cluster,
@@ -129,7 +154,7 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
   delta = knots - prev
   ctx = prompt + 0.5 * (knots + prev)
   batch = conc * alive
-  c_s, m_s, x_s = _step(model, job, engine, cluster, eff, batch, ctx, tau)
+  c_s, m_s, x_s = decode_round(model, job, engine, cluster, eff, batch, ctx, tau)
   over = eff.decode_step_overhead_s
   tail_parts = (jnp.sum(delta * c_s), jnp.sum(delta * m_s), jnp.sum(delta * x_s),
                 jnp.sum(delta) * over)
@@ -138,19 +163,12 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
 
   # Queue phase: the KV cache is full, concurrency stays at its peak.
   queue_steps = smooth.relu(n_r - conc, n_r, tau) * mean_resp / conc
-  qc, qm, qx = _step(model, job, engine, cluster, eff, conc, ctx_running, tau)
+  qc, qm, qx = decode_round(model, job, engine, cluster, eff, conc, ctx_running, tau)
   queue_parts = (queue_steps * qc, queue_steps * qm, queue_steps * qx, queue_steps * over)
 
   # Prefill: compute bound, once per prompt with prefix caching.
   prefill_tokens = n_r * prompt / (job.samples_per_prompt if engine.prefix_caching else 1.0)
-  pw = layers.forward_work(model, prefill_tokens, 0.5 * prompt, tp=engine.tp, pp=1.0,
-                           ep=engine.ep, param_bytes=job.param_bytes, lm_head=False)
-  chunks = jnp.maximum(prefill_tokens / 8192.0, 1.0)  # chunked prefill
-  pr = roofline.roofline(pw.matmul_flops + pw.attention_flops,
-                         pw.weight_bytes * chunks + pw.activation_bytes,
-                         prefill_tokens / chunks, hw, eff, n_ops=pw.n_gemms * chunks, tau=tau)
-  p_comm = pw.tp_collectives * collectives.collective_time(
-      "all_reduce", pw.tp_bytes, engine.tp, cluster.scaleup_domain, hw, eff, tau)
+  pr, p_comm = prefill(model, job, engine, cluster, eff, prefill_tokens, prompt, tau)
 
   compute_s = tail_parts[0] + queue_parts[0] + pr.compute_s
   memory_s = tail_parts[1] + queue_parts[1] + pr.memory_s
@@ -170,7 +188,7 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
   kv_stream = n_seq * mean_resp * ctx_running * model.kv_bytes_per_token(job.kv_bytes)
   work = smooth.smax(total_flops / (hw.peak_flops_per_s * hw.matmul_efficiency_max),
                      kv_stream / (hw.hbm_bandwidth_bytes_per_s * hw.hbm_efficiency_max), tau)
-  one = _step(model, job, engine, cluster, eff, jnp.ones(()), prompt + 0.5 * max_resp, tau)
+  one = decode_round(model, job, engine, cluster, eff, jnp.ones(()), prompt + 0.5 * max_resp, tau)
   depth = max_resp * (one[0] + one[1] + one[2] + over)
 
   min_kv = (prompt + max_resp) * kv_tok
