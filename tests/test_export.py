@@ -1,0 +1,573 @@
+"""Exports of plans to veRL, OpenRLHF and NeMo-RL settings.
+
+Expected settings are written out by hand from the frameworks' configuration
+keys (veRL's trainer YAML files, OpenRLHF's train_ppo_ray.py flags, NeMo-RL's
+grpo_math_1B.yaml); refusals must name the setting at fault.
+"""
+
+import dataclasses
+import shlex
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import costmodel as cm
+from search import export
+
+QWEN7B = cm.models.get("qwen2.5-7b")
+MOE = cm.models.get("qwen3-30b-a3b")
+ONE_NODE = cm.Cluster("H100", 8, 1)
+TWO_NODES = cm.Cluster("H100", 8, 2)
+
+
+def grpo_job(**kw):
+  args = dict(prompts_per_step=128, samples_per_prompt=8, prompt_len=1024,
+              response=cm.ResponseLength.from_mean_max(2000.0, 4096.0), mini_batches=4)
+  args.update(kw)
+  return cm.RLJob("grpo", QWEN7B, **args)
+
+
+def ppo_job(**kw):
+  args = dict(prompts_per_step=256, samples_per_prompt=1, prompt_len=512,
+              response=cm.ResponseLength.from_mean_max(500.0, 1024.0), mini_batches=4,
+              ppo_epochs=2)
+  args.update(kw)
+  return cm.RLJob("ppo", QWEN7B, **args)
+
+
+def colocated_grpo():
+  job = grpo_job()
+  plan = cm.Plan.colocated(job, ONE_NODE, train=cm.Parallel(cp=2, micro_batch=2),
+                           engine=cm.Engine(tp=2, memory_fraction=0.6, max_seqs=256))
+  return plan, job, ONE_NODE
+
+
+def split_async_grpo(staleness=2, partial=True):
+  job = grpo_job()
+  plan = cm.Plan.split(job, TWO_NODES, gen_gpus=8, train=cm.Parallel(micro_batch=4),
+                       engine=cm.Engine(tp=4, memory_fraction=0.8, max_seqs=512),
+                       mode=cm.Mode(staleness=staleness, partial_rollout=partial))
+  return plan, job, TWO_NODES
+
+
+def refusal(fn, *match):
+  with pytest.raises(ValueError) as info:
+    fn()
+  for m in match:
+    assert m in str(info.value), f"{m!r} not in: {info.value}"
+  return str(info.value)
+
+
+# ----- veRL -------------------------------------------------------------------
+
+
+def test_verl_colocated_grpo_fsdp_v1():
+  plan, job, cluster = colocated_grpo()
+  expected = {
+      "trainer.nnodes": 1, "trainer.n_gpus_per_node": 8,
+      "data.train_batch_size": 128, "data.max_prompt_length": 1024,
+      "data.max_response_length": 4096, "algorithm.adv_estimator": "grpo",
+      "actor_rollout_ref.actor.use_kl_loss": True,
+      "actor_rollout_ref.actor.strategy": "fsdp",
+      # 128 prompts / 4 mini-batches, counted in prompts (veRL multiplies by n)
+      "actor_rollout_ref.actor.ppo_mini_batch_size": 32,
+      "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2,
+      "actor_rollout_ref.actor.ppo_epochs": 1,
+      "actor_rollout_ref.actor.ulysses_sequence_parallel_size": 2,
+      "actor_rollout_ref.actor.fsdp_config.param_offload": False,
+      "actor_rollout_ref.actor.fsdp_config.optimizer_offload": False,
+      "actor_rollout_ref.model.enable_gradient_checkpointing": True,
+      "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 2,
+      "actor_rollout_ref.ref.ulysses_sequence_parallel_size": 2,
+      "actor_rollout_ref.ref.fsdp_config.param_offload": False,
+      "actor_rollout_ref.rollout.name": "vllm", "actor_rollout_ref.rollout.n": 8,
+      "actor_rollout_ref.rollout.tensor_model_parallel_size": 2,
+      "actor_rollout_ref.rollout.gpu_memory_utilization": 0.6,
+      "actor_rollout_ref.rollout.max_num_seqs": 256,
+      "actor_rollout_ref.rollout.enable_prefix_caching": True,
+      "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 2,
+      "trainer.use_v1": True, "trainer.v1.trainer_mode": "sync",
+  }
+  assert export.to_verl(plan, job, cluster) == expected
+  legacy = export.to_verl(plan, job, cluster, version="legacy")
+  assert legacy["actor_rollout_ref.hybrid_engine"] is True
+  assert not any(k.startswith("trainer.use_v1") or k.startswith("trainer.v1") for k in legacy)
+
+
+def test_verl_split_async_legacy_fully_async():
+  plan, job, cluster = split_async_grpo(staleness=2)
+  o = export.to_verl(plan, job, cluster, version="legacy")
+  placement = {k: v for k, v in o.items()
+               if k.startswith(("trainer.", "rollout.", "async_training.", "actor_rollout_ref.hy"))}
+  assert placement == {
+      "trainer.nnodes": 1, "trainer.n_gpus_per_node": 8,
+      "actor_rollout_ref.hybrid_engine": False,
+      "rollout.nnodes": 1, "rollout.n_gpus_per_node": 8,
+      "async_training.staleness_threshold": 2.0,
+      "async_training.trigger_parameter_sync_step": 4,  # 128 / 32 prompts per mini-batch
+      "async_training.require_batches": 1,
+      "async_training.partial_rollout": True,
+  }
+  assert o["actor_rollout_ref.rollout.tensor_model_parallel_size"] == 4
+  assert o["actor_rollout_ref.rollout.max_num_seqs"] == 512
+  assert o["actor_rollout_ref.rollout.gpu_memory_utilization"] == 0.8
+  cmd = export.verl_command(o)
+  assert cmd.startswith("python3 -m verl.experimental.fully_async_policy.fully_async_main ")
+
+
+def test_verl_split_async_v1_separate_async():
+  plan, job, cluster = split_async_grpo(staleness=2)
+  o = export.to_verl(plan, job, cluster, version="v1")
+  v1 = {k: v for k, v in o.items() if k.startswith(("trainer.", "actor_rollout_ref.rollout.nn",
+                                                     "actor_rollout_ref.rollout.n_gpus",
+                                                     "actor_rollout_ref.rollout.checkpoint"))}
+  assert v1 == {
+      "trainer.nnodes": 1, "trainer.n_gpus_per_node": 8, "trainer.use_v1": True,
+      "trainer.v1.trainer_mode": "separate_async",
+      "actor_rollout_ref.rollout.nnodes": 1, "actor_rollout_ref.rollout.n_gpus_per_node": 8,
+      "actor_rollout_ref.rollout.checkpoint_engine.backend": "nccl",
+      # data.train_batch_size (128) = parameter_sync_step x ppo_mini_batch_size (32)
+      "trainer.v1.separate_async.parameter_sync_step": 4,
+      "trainer.v1.sampler.max_off_policy_threshold": 2,
+      "trainer.v1.sampler.max_off_policy_strategy": "wait",
+  }
+  assert (o["data.train_batch_size"] == o["trainer.v1.separate_async.parameter_sync_step"]
+          * o["actor_rollout_ref.actor.ppo_mini_batch_size"])
+  assert "actor_rollout_ref.hybrid_engine" not in o
+  assert export.verl_command(o).startswith("python3 -m verl.trainer.main_ppo trainer.nnodes=1 ")
+
+
+def test_verl_split_one_step_off_recipe():
+  plan, job, cluster = split_async_grpo(staleness=1, partial=False)
+  o = export.to_verl(plan, job, cluster, version="legacy", async_recipe="one_step_off")
+  assert o["rollout.n_gpus_per_node"] == 8 and o["actor_rollout_ref.hybrid_engine"] is False
+  assert not any(k.startswith("async_training.") for k in o)
+  assert export.verl_command(o).startswith("python3 -m verl.experimental.one_step_off_policy.")
+
+
+def test_verl_striped_pools_over_two_nodes():
+  # 4 + 12 GPUs on two 8-GPU nodes: training takes 6 GPUs of each node, the
+  # rollout the other 2 of each (a uniform n_gpus_per_node for both pools).
+  job = grpo_job(prompts_per_step=96)  # 96 x 8 / 4 = 192 samples per mini-batch, 16 per rank
+  plan = cm.Plan.split(job, TWO_NODES, gen_gpus=4, train=cm.Parallel(micro_batch=1),
+                       engine=cm.Engine(tp=2), mode=cm.Mode(staleness=1, partial_rollout=True))
+  o = export.to_verl(plan, job, TWO_NODES, version="legacy")
+  assert (o["trainer.nnodes"], o["trainer.n_gpus_per_node"]) == (2, 6)
+  assert (o["rollout.nnodes"], o["rollout.n_gpus_per_node"]) == (2, 2)
+
+
+def test_verl_megatron_ppo_with_critic():
+  job = ppo_job()
+  plan = cm.Plan.colocated(
+      job, TWO_NODES,
+      train=cm.Parallel(tp=2, pp=2, micro_batch=1, zero_stage=1, recompute="selective"),
+      critic=cm.Parallel(tp=4, micro_batch=2, zero_stage=1),
+      engine=cm.Engine(tp=4, memory_fraction=0.5, max_seqs=128))
+  o = export.to_verl(plan, job, TWO_NODES, strategy="megatron", version="legacy")
+  a = "actor_rollout_ref.actor"
+  expected_actor = {
+      f"{a}.strategy": "megatron", f"{a}.ppo_mini_batch_size": 64, f"{a}.ppo_epochs": 2,
+      f"{a}.ppo_micro_batch_size_per_gpu": 1,
+      f"{a}.megatron.tensor_model_parallel_size": 2,
+      f"{a}.megatron.pipeline_model_parallel_size": 2,
+      f"{a}.megatron.context_parallel_size": 1, f"{a}.megatron.expert_model_parallel_size": 1,
+      f"{a}.megatron.sequence_parallel": True, f"{a}.megatron.use_distributed_optimizer": True,
+      f"{a}.megatron.param_offload": False, f"{a}.megatron.grad_offload": False,
+      f"{a}.megatron.optimizer_offload": False,
+      f"{a}.megatron.override_transformer_config.recompute_granularity": "selective",
+  }
+  assert {k: v for k, v in o.items() if k.startswith(f"{a}.") and "kl" not in k} == expected_actor
+  expected_critic = {
+      "critic.strategy": "megatron", "critic.ppo_micro_batch_size_per_gpu": 2,
+      "critic.forward_micro_batch_size_per_gpu": 2,
+      "critic.megatron.tensor_model_parallel_size": 4,
+      "critic.megatron.pipeline_model_parallel_size": 1,
+      "critic.megatron.context_parallel_size": 1, "critic.megatron.expert_model_parallel_size": 1,
+      "critic.megatron.sequence_parallel": True, "critic.megatron.use_distributed_optimizer": True,
+      "critic.megatron.param_offload": False, "critic.megatron.grad_offload": False,
+      "critic.megatron.optimizer_offload": False,
+      "critic.megatron.override_transformer_config.recompute_granularity": "full",
+      "critic.megatron.override_transformer_config.recompute_method": "uniform",
+      "critic.megatron.override_transformer_config.recompute_num_layers": 1,
+  }
+  assert {k: v for k, v in o.items() if k.startswith("critic.")} == expected_critic
+  assert o["algorithm.adv_estimator"] == "gae"
+  assert (o["trainer.nnodes"], o["trainer.n_gpus_per_node"]) == (2, 8)
+  # The reference inherits nothing implicitly: its layout is written out.
+  assert o["actor_rollout_ref.ref.megatron.tensor_model_parallel_size"] == 2
+  assert o["actor_rollout_ref.ref.megatron.pipeline_model_parallel_size"] == 2
+  assert "--config-name=ppo_megatron_trainer" in export.verl_command(o)
+
+
+def test_verl_megatron_moe_keys():
+  job = cm.RLJob("grpo", MOE, prompts_per_step=64, samples_per_prompt=8, prompt_len=1024,
+                 response=cm.ResponseLength.from_mean_max(1500.0, 4096.0), mini_batches=2)
+  train = cm.Parallel(tp=2, pp=2, vpp=2, ep=4, micro_batch=1, zero_stage=0)
+  plan = cm.Plan.colocated(job, TWO_NODES, train=train, engine=cm.Engine(tp=4, ep=4))
+  o = export.to_verl(plan, job, TWO_NODES, strategy="megatron")
+  m = "actor_rollout_ref.actor.megatron"
+  assert {k[len(m) + 1:]: v for k, v in o.items() if k.startswith(m + ".")
+          and "override" not in k} == {
+      "tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2,
+      "virtual_pipeline_model_parallel_size": 2, "context_parallel_size": 1,
+      "expert_model_parallel_size": 4, "sequence_parallel": True,
+      "use_distributed_optimizer": False, "param_offload": False, "grad_offload": False,
+      "optimizer_offload": False}
+  assert o[f"{m}.override_transformer_config.recompute_granularity"] == "full"
+  assert o["actor_rollout_ref.rollout.expert_parallel_size"] == 4
+  assert o["actor_rollout_ref.ref.megatron.expert_model_parallel_size"] == 4
+  assert o["actor_rollout_ref.ref.megatron.virtual_pipeline_model_parallel_size"] == 2
+
+
+def test_verl_reward_model_own_pool():
+  job = grpo_job(reward_model=cm.models.get("qwen2.5-1.5b"))
+  pools = (cm.Pool("main", 8.0), cm.Pool("rm", 8.0))
+  p = cm.Parallel(micro_batch=2)
+  roles = (cm.RolePlan("actor", "main", train=p), cm.RolePlan("reference", "main", infer=p),
+           cm.RolePlan("reward", "rm", infer=cm.Parallel(micro_batch=8, offload=1)))
+  plan = cm.Plan(pools=pools, roles=roles, engine=cm.Engine(tp=2), rollout_pool="main")
+  o = export.to_verl(plan, job, TWO_NODES)
+  assert {k: v for k, v in o.items() if k.startswith("reward_model.")} == {
+      "reward_model.enable": True, "reward_model.strategy": "fsdp",
+      "reward_model.micro_batch_size_per_gpu": 8,
+      "reward_model.ulysses_sequence_parallel_size": 1,
+      "reward_model.model.fsdp_config.param_offload": True,
+      "reward_model.enable_resource_pool": True,
+      "reward_model.nnodes": 1, "reward_model.n_gpus_per_node": 8}
+
+
+def test_verl_dapo_and_kl_keys():
+  job = cm.RLJob("dapo", QWEN7B, prompts_per_step=64, samples_per_prompt=8, oversample=1.5)
+  plan = cm.Plan.colocated(job, ONE_NODE, engine=cm.Engine(tp=2))
+  o = export.to_verl(plan, job, ONE_NODE)
+  assert o["algorithm.adv_estimator"] == "grpo"
+  assert o["algorithm.filter_groups.enable"] is True
+  assert o["data.gen_batch_size"] == 96
+  assert o["actor_rollout_ref.actor.use_kl_loss"] is False
+  assert o["algorithm.use_kl_in_reward"] is False
+  assert not any(k.startswith("actor_rollout_ref.ref.") for k in o)
+
+
+# ----- OpenRLHF ----------------------------------------------------------------
+
+
+def test_openrlhf_colocated_grpo_dotted():
+  plan, job, cluster = colocated_grpo()
+  expected = [
+      "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "8",
+      "--ref.num_nodes", "1", "--ref.num_gpus_per_node", "8",
+      "--vllm.num_engines", "4", "--vllm.tensor_parallel_size", "2",
+      "--vllm.gpu_memory_utilization", "0.6", "--vllm.enable_prefix_caching",
+      "--train.colocate_all", "--vllm.enable_sleep", "--ds.enable_sleep",
+      "--ds.zero_stage", "3", "--ds.tensor_parallel_size", "1", "--ds.ring_attn_size", "2",
+      "--ds.packing_samples", "--actor.gradient_checkpointing_enable",
+      "--rollout.batch_size", "128", "--rollout.n_samples_per_prompt", "8",
+      "--rollout.micro_batch_size", "2",
+      "--train.batch_size", "256",  # 128 x 8 samples / 4 mini-batches
+      "--train.micro_batch_size", "2", "--train.max_epochs", "1",
+      "--data.max_len", "5120", "--rollout.max_new_tokens", "4096",
+      "--algo.advantage.estimator", "group_norm",
+  ]
+  argv = export.to_openrlhf(plan, job, cluster)
+  assert argv == expected
+  # colocate_all (sync): actor GPUs == vllm engines x vllm TP
+  assert 8 == int(argv[argv.index("--vllm.num_engines") + 1]) * int(
+      argv[argv.index("--vllm.tensor_parallel_size") + 1])
+
+
+def test_openrlhf_split_async_legacy():
+  plan, job, cluster = split_async_grpo(staleness=2)
+  expected = [
+      "--actor_num_nodes", "1", "--actor_num_gpus_per_node", "8",
+      "--ref_num_nodes", "1", "--ref_num_gpus_per_node", "8",
+      "--vllm_num_engines", "2", "--vllm_tensor_parallel_size", "4",
+      "--vllm_gpu_memory_utilization", "0.8", "--enable_prefix_caching",
+      "--colocate_actor_ref",
+      "--zero_stage", "3", "--ds_tensor_parallel_size", "1", "--ring_attn_size", "1",
+      "--gradient_checkpointing",
+      "--rollout_batch_size", "128", "--n_samples_per_prompt", "8",
+      "--micro_rollout_batch_size", "4", "--train_batch_size", "256",
+      "--micro_train_batch_size", "4", "--max_epochs", "1",
+      "--max_len", "5120", "--max_new_tokens", "4096",
+      "--advantage_estimator", "group_norm",
+      "--async_train", "--async_queue_size", "2", "--partial_rollout",
+  ]
+  assert export.to_openrlhf(plan, job, cluster, flag_style="legacy") == expected
+  dotted = export.to_openrlhf(plan, job, cluster)
+  assert dotted[dotted.index("--train.async_queue_size") + 1] == "2"
+  assert "--train.partial_rollout_enable" in dotted and "--train.colocate_all" not in dotted
+
+
+def test_openrlhf_ppo_with_critic_on_its_own_pool():
+  job = ppo_job(ppo_epochs=1)
+  p = cm.Parallel(zero_stage=2, micro_batch=2, offload=1)
+  pools = (cm.Pool("gen", 8.0), cm.Pool("actor", 4.0), cm.Pool("critic", 4.0))
+  roles = (cm.RolePlan("actor", "actor", train=p), cm.RolePlan("reference", "actor", infer=p),
+           cm.RolePlan("critic", "critic", train=p))
+  plan = cm.Plan(pools=pools, roles=roles, engine=cm.Engine(tp=4), rollout_pool="gen")
+  argv = export.to_openrlhf(plan, job, TWO_NODES)
+  placement = argv[:argv.index("--vllm.num_engines")]
+  assert placement == ["--actor.num_nodes", "1", "--actor.num_gpus_per_node", "4",
+                       "--ref.num_nodes", "1", "--ref.num_gpus_per_node", "4",
+                       "--critic.num_nodes", "1", "--critic.num_gpus_per_node", "4"]
+  assert argv[argv.index("--algo.advantage.estimator") + 1] == "gae"
+  assert argv[argv.index("--ds.zero_stage") + 1] == "2"
+  assert "--ds.adam_offload" in argv and "--train.colocate_actor_ref" in argv
+  assert "--train.colocate_all" not in argv and "--train.async_enable" not in argv
+  assert argv[argv.index("--train.batch_size") + 1] == "64"  # 256 x 1 / 4
+
+
+def test_openrlhf_ppo_critic_on_actor_pool_needs_async():
+  job = ppo_job(ppo_epochs=1)
+  sync = cm.Plan.split(job, TWO_NODES, gen_gpus=8, train=cm.Parallel(micro_batch=2),
+                       engine=cm.Engine(tp=2))
+  refusal(lambda: export.to_openrlhf(sync, job, TWO_NODES), "colocate_all", "synchronous")
+  asyn = sync.replace(mode=cm.Mode(staleness=1))
+  argv = export.to_openrlhf(asyn, job, TWO_NODES)
+  assert "--train.colocate_all" in argv and "--train.async_enable" in argv
+  assert "--vllm.enable_sleep" not in argv  # async: only the DeepSpeed models share GPUs
+
+
+# ----- NeMo-RL -------------------------------------------------------------------
+
+
+def test_nemo_rl_colocated_grpo():
+  plan, job, cluster = colocated_grpo()
+  expected = {
+      "cluster": {"num_nodes": 1, "gpus_per_node": 8},
+      "grpo": {"num_prompts_per_step": 128, "num_generations_per_prompt": 8,
+               "normalize_rewards": True, "use_leave_one_out_baseline": False,
+               "async_grpo": {"enabled": False}},
+      "policy": {
+          "train_global_batch_size": 256, "train_micro_batch_size": 2,
+          "logprob_batch_size": 2, "max_total_sequence_length": 5120,
+          "dtensor_cfg": {"enabled": True, "tensor_parallel_size": 1,
+                          "context_parallel_size": 2, "sequence_parallel": False,
+                          "activation_checkpointing": True, "cpu_offload": False},
+          "megatron_cfg": {"enabled": False},
+          "generation": {
+              "backend": "vllm", "max_new_tokens": 4096,
+              "vllm_cfg": {"tensor_parallel_size": 2, "pipeline_parallel_size": 1,
+                           "expert_parallel_size": 1, "gpu_memory_utilization": 0.6,
+                           "async_engine": False},
+              "vllm_kwargs": {"max_num_seqs": 256, "enable_prefix_caching": True},
+              "colocated": {"enabled": True}}},
+  }
+  assert export.to_nemo_rl(plan, job, cluster) == expected
+
+
+def test_nemo_rl_split_async_grpo():
+  plan, job, cluster = split_async_grpo(staleness=2)
+  d = export.to_nemo_rl(plan, job, cluster)
+  assert d["cluster"] == {"num_nodes": 2, "gpus_per_node": 8}
+  assert d["policy"]["generation"]["colocated"] == {
+      "enabled": False, "resources": {"num_nodes": 1, "gpus_per_node": 8}}
+  assert d["grpo"]["async_grpo"] == {"enabled": True, "max_trajectory_age_steps": 2,
+                                     "in_flight_weight_updates": True}
+  assert d["loss_fn"] == {"use_importance_sampling_correction": True}
+  assert d["policy"]["generation"]["vllm_cfg"]["async_engine"] is True
+  assert d["policy"]["generation"]["vllm_cfg"]["tensor_parallel_size"] == 4
+
+
+def test_nemo_rl_single_node_split_and_megatron():
+  job = grpo_job()
+  train = cm.Parallel(tp=2, pp=2, micro_batch=1, zero_stage=1)
+  plan = cm.Plan.split(job, ONE_NODE, gen_gpus=4, train=train, engine=cm.Engine(tp=2))
+  d = export.to_nemo_rl(plan, job, ONE_NODE)
+  # One node: generation takes gpus_per_node of it, training the rest.
+  assert d["cluster"] == {"num_nodes": 1, "gpus_per_node": 8}
+  assert d["policy"]["generation"]["colocated"]["resources"] == {"num_nodes": 1,
+                                                                 "gpus_per_node": 4}
+  assert d["policy"]["dtensor_cfg"] == {"enabled": False}
+  assert d["policy"]["megatron_cfg"] == {
+      "enabled": True, "tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2,
+      "context_parallel_size": 1, "expert_model_parallel_size": 1, "sequence_parallel": True,
+      "activation_checkpointing": True, "optimizer": {"use_distributed_optimizer": True},
+      "distributed_data_parallel_config": {"use_custom_fsdp": False}}
+
+
+def test_to_yaml_exact():
+  d = {"cluster": {"num_nodes": 2, "gpus_per_node": 8},
+       "policy": {"model_name": "Qwen/Qwen2.5-7B", "flag": True, "ratio": 0.6, "none": None,
+                  "empty": {}, "sizes": [1, 2], "tricky": ["true", "1e3", "a b", ""]}}
+  assert export.to_yaml(d) == (
+      "cluster:\n"
+      "  num_nodes: 2\n"
+      "  gpus_per_node: 8\n"
+      "policy:\n"
+      "  model_name: Qwen/Qwen2.5-7B\n"
+      "  flag: true\n"
+      "  ratio: 0.6\n"
+      "  none: null\n"
+      "  empty: {}\n"
+      "  sizes: [1, 2]\n"
+      '  tricky: ["true", "1e3", "a b", ""]\n')
+  text = export.to_yaml(export.to_nemo_rl(*colocated_grpo()))
+  assert "    colocated:\n      enabled: true\n" in text
+
+
+# ----- refusals --------------------------------------------------------------------
+
+
+def test_verl_fsdp_refuses_tp_and_pp():
+  job = grpo_job()
+  for name in ("tp", "pp"):
+    plan = cm.Plan.colocated(job, ONE_NODE, train=cm.Parallel(zero_stage=1, **{name: 2}),
+                             engine=cm.Engine(tp=2))
+    refusal(lambda: export.to_verl(plan, job, ONE_NODE), f"actor.train.{name}=2", "megatron")
+    export.to_verl(plan, job, ONE_NODE, strategy="megatron", version="legacy")
+
+
+def test_verl_refuses_what_only_resource_pool_spec_places():
+  job = ppo_job()
+  pools = (cm.Pool("main", 8.0), cm.Pool("critic", 8.0))
+  p = cm.Parallel(micro_batch=1)
+  roles = (cm.RolePlan("actor", "main", train=p), cm.RolePlan("reference", "main", infer=p),
+           cm.RolePlan("critic", "critic", train=p))
+  plan = cm.Plan(pools=pools, roles=roles, engine=cm.Engine(tp=2), rollout_pool="main")
+  refusal(lambda: export.to_verl(plan, job, TWO_NODES), "critic", "resource_pool_spec")
+
+
+def test_verl_refuses_megatron_zero3_and_fsdp_selective():
+  job = grpo_job()
+  plan = cm.Plan.colocated(job, ONE_NODE, train=cm.Parallel(tp=2), engine=cm.Engine(tp=2))
+  refusal(lambda: export.to_verl(plan, job, ONE_NODE, strategy="megatron"), "zero_stage=3")
+  plan = cm.Plan.colocated(job, ONE_NODE, train=cm.Parallel(recompute="selective"),
+                           engine=cm.Engine(tp=2))
+  refusal(lambda: export.to_verl(plan, job, ONE_NODE), "recompute=selective")
+
+
+def test_verl_split_sync_and_one_step_off_refusals():
+  plan, job, cluster = split_async_grpo(staleness=0, partial=False)
+  refusal(lambda: export.to_verl(plan, job, cluster), "trainer_mode", "legacy")
+  o = export.to_verl(plan, job, cluster, version="legacy")
+  assert o["async_training.staleness_threshold"] == 0.0  # fully_async's synchronous pipeline
+  plan, job, cluster = split_async_grpo(staleness=2, partial=False)
+  refusal(lambda: export.to_verl(plan, job, cluster), "partial_rollout")
+  refusal(lambda: export.to_verl(plan, job, cluster, version="legacy",
+                                 async_recipe="one_step_off"), "staleness=2", "one_step_off")
+
+
+def test_non_uniform_pools_refused():
+  job = grpo_job()
+  plan = cm.Plan.split(job, TWO_NODES, gen_gpus=5, engine=cm.Engine(tp=1),
+                       mode=cm.Mode(staleness=1, partial_rollout=True))
+  for fn in (lambda: export.to_verl(plan, job, TWO_NODES, version="legacy"),
+             lambda: export.to_openrlhf(plan, job, TWO_NODES)):
+    refusal(fn, "pool 'train' of 11 GPUs", "n_gpus_per_node")
+  # NeMo-RL gives generation whole nodes on a multi-node cluster.
+  plan = cm.Plan.split(job, TWO_NODES, gen_gpus=4, engine=cm.Engine(tp=1),
+                       mode=cm.Mode(staleness=1, partial_rollout=True))
+  refusal(lambda: export.to_nemo_rl(plan, job, TWO_NODES), "pool 'gen' of 4 GPUs",
+          "whole nodes")
+
+
+def test_openrlhf_refusals():
+  job = grpo_job()
+  plan = cm.Plan.colocated(job, ONE_NODE, train=cm.Parallel(pp=2), engine=cm.Engine(tp=2))
+  refusal(lambda: export.to_openrlhf(plan, job, ONE_NODE), "actor.train.pp=2", "pipeline")
+  plan = cm.Plan.colocated(job, ONE_NODE, engine=cm.Engine(tp=2, pp=2))
+  refusal(lambda: export.to_openrlhf(plan, job, ONE_NODE), "engine.pp=2")
+  # vLLM engines on the actor's GPUs, the critic elsewhere: colocate_all would move it.
+  ppo = ppo_job()
+  pools = (cm.Pool("main", 8.0), cm.Pool("critic", 8.0))
+  p = cm.Parallel(micro_batch=1)
+  roles = (cm.RolePlan("actor", "main", train=p), cm.RolePlan("reference", "main", infer=p),
+           cm.RolePlan("critic", "critic", train=p))
+  plan = cm.Plan(pools=pools, roles=roles, engine=cm.Engine(tp=2), rollout_pool="main")
+  refusal(lambda: export.to_openrlhf(plan, ppo, TWO_NODES), "colocate_all", "critic")
+  # One --ds.* layout for every model.
+  plan = cm.Plan.colocated(ppo, TWO_NODES, train=cm.Parallel(tp=2), critic=cm.Parallel(tp=4),
+                           engine=cm.Engine(tp=2))
+  refusal(lambda: export.to_openrlhf(plan, ppo, TWO_NODES), "critic.train.tp=4", "--ds.*")
+  remax = cm.RLJob("remax", QWEN7B, prompts_per_step=64)
+  plan = cm.Plan.colocated(remax, ONE_NODE, engine=cm.Engine(tp=2))
+  refusal(lambda: export.to_openrlhf(plan, remax, ONE_NODE), "algorithm='remax'")
+
+
+def test_nemo_rl_refusals():
+  ppo = ppo_job()
+  plan = cm.Plan.colocated(ppo, ONE_NODE, engine=cm.Engine(tp=2))
+  refusal(lambda: export.to_nemo_rl(plan, ppo, ONE_NODE), "algorithm='ppo'", "critic")
+  rpp = cm.RLJob("reinforce_pp", QWEN7B, prompts_per_step=64)
+  plan = cm.Plan.colocated(rpp, ONE_NODE, engine=cm.Engine(tp=2))
+  refusal(lambda: export.to_nemo_rl(plan, rpp, ONE_NODE), "algorithm='reinforce_pp'")
+  job = grpo_job()
+  plan = cm.Plan.colocated(job, ONE_NODE, train=cm.Parallel(pp=2), engine=cm.Engine(tp=2))
+  refusal(lambda: export.to_nemo_rl(plan, job, ONE_NODE, backend="dtensor"),
+          "actor.train.pp=2", "megatron")
+  assert export.to_nemo_rl(plan, job, ONE_NODE)["policy"]["megatron_cfg"]["enabled"] is True
+
+
+def test_fusion_refused_everywhere():
+  job = ppo_job()
+  plan = cm.Plan.colocated(job, ONE_NODE, engine=cm.Engine(tp=2),
+                           mode=cm.Mode(fuse_training=True))
+  for fn in (export.to_verl, export.to_openrlhf, export.to_nemo_rl):
+    refusal(lambda fn=fn: fn(plan, job, ONE_NODE), "fuse_training")
+
+
+def test_batches_that_do_not_split_refused():
+  job = grpo_job()
+  plan = cm.Plan.colocated(job, ONE_NODE, train=cm.Parallel(micro_batch=3),
+                           engine=cm.Engine(tp=2))
+  refusal(lambda: export.to_verl(plan, job, ONE_NODE), "ppo_micro_batch_size_per_gpu=3")
+  refusal(lambda: export.to_openrlhf(plan, job, ONE_NODE), "train.micro_batch_size=3")
+  odd = grpo_job(mini_batches=3)
+  plan = cm.Plan.colocated(odd, ONE_NODE, engine=cm.Engine(tp=2))
+  refusal(lambda: export.to_verl(plan, odd, ONE_NODE), "ppo_mini_batch_size", "128 / 3")
+
+
+# ----- integral degrees --------------------------------------------------------------
+
+
+def test_require_int():
+  assert export.require_int(4.0, "f") == 4
+  assert export.require_int(np.float32(2.0), "f") == 2
+  assert export.require_int(jnp.asarray(3.0), "f") == 3
+  refusal(lambda: export.require_int(2.5, "engine.tp"), "engine.tp=2.5", "integer")
+  refusal(lambda: export.require_int(float("nan"), "x"), "x=nan")
+  refusal(lambda: export.require_int(jnp.ones(3), "actor.train.tp"), "actor.train.tp", "shape")
+  with pytest.raises(ValueError, match="concrete"):
+    jax.jit(lambda x: export.require_int(x, "tp"))(2.0)
+
+
+def test_relaxed_plans_refused_naming_the_field():
+  job = grpo_job()
+  relaxed = cm.Plan.colocated(job, ONE_NODE, train=cm.Parallel(tp=2.5),
+                              engine=cm.Engine(tp=2))
+  for fn in (export.to_verl, export.to_openrlhf, export.to_nemo_rl):
+    refusal(lambda fn=fn: fn(relaxed, job, ONE_NODE), "actor.train.tp=2.5", "integer")
+  plan, _, _ = colocated_grpo()
+  bad_pool = plan.replace(pools=(cm.Pool("all", 7.5),))
+  refusal(lambda: export.to_verl(bad_pool, job, ONE_NODE), "pool 'all' gpus=7.5")
+  bad_engine = plan.replace(engine=cm.Engine(tp=2, max_seqs=100.5))
+  refusal(lambda: export.to_openrlhf(bad_engine, job, ONE_NODE), "engine.max_seqs=100.5")
+  bad_micro = plan.replace(roles=tuple(
+      dataclasses.replace(r, train=cm.Parallel(micro_batch=1.5)) if r.role == "actor" else r
+      for r in plan.roles))
+  refusal(lambda: export.to_nemo_rl(bad_micro, job, ONE_NODE), "actor.train.micro_batch=1.5")
+
+
+# ----- command strings ---------------------------------------------------------------
+
+
+def test_commands_quote_nothing_surprising():
+  plan, job, cluster = colocated_grpo()
+  o = export.to_verl(plan, job, cluster)
+  cmd = export.verl_command(o)
+  assert "'" not in cmd and '"' not in cmd
+  assert shlex.split(cmd) == ["python3", "-m", "verl.trainer.main_ppo"] + [
+      f"{k}={v}" for k, v in o.items()]
+  assert "actor_rollout_ref.rollout.gpu_memory_utilization=0.6" in cmd
+  assert "actor_rollout_ref.actor.use_kl_loss=True" in cmd
+  argv = export.to_openrlhf(plan, job, cluster)
+  cmd = export.openrlhf_command(argv)
+  assert "'" not in cmd and '"' not in cmd
+  assert shlex.split(cmd) == ["python3", "-m", "openrlhf.cli.train_ppo_ray", *argv]
+  # Values that need quoting survive a round trip through the shell.
+  odd = {"trainer.experiment_name": "run 1; rm -rf x", "data.train_batch_size": 8}
+  assert shlex.split(export.verl_command(odd))[3:] == [
+      "trainer.experiment_name=run 1; rm -rf x", "data.train_batch_size=8"]
