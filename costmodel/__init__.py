@@ -7,6 +7,7 @@ the step model (placement, schedule, work and depth) -> an :class:`Estimate`.
 
 from costmodel import hardware
 from costmodel import models
+from costmodel import plot
 from costmodel._src.cluster import Cluster
 from costmodel._src.collectives import collective_time
 from costmodel._src.efficiency import Efficiency
@@ -43,6 +44,7 @@ __all__ = (
     "estimate",
     "hardware",
     "models",
+    "plot",
     "roofline",
     "validate_plan",
 )

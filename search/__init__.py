@@ -1,1 +1,5 @@
 """rlcost's layout search: relaxation, optax optimisation, rounding, baselines."""
+
+from search import export
+
+__all__ = ("export",)

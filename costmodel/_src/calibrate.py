@@ -31,7 +31,8 @@ FRACTIONS = ("attention_efficiency", "link_efficiency", "host_efficiency", "dp_o
 DEFAULT_FIT = ("matmul_half_rows", "attention_efficiency", "memory_half_time_s",
                "link_efficiency", "dp_overlap", "decode_step_overhead_s",
                "generate_overhead_s", "infer_overhead_s", "train_overhead_s",
-               "sync_overhead_s", "sync_per_tensor_s", "switch_overhead_s", "train_efficiency")
+               "sync_overhead_s", "sync_per_tensor_s", "switch_overhead_s", "train_efficiency",
+               "cpu_optimizer_params_per_s")
 
 
 def _to_z(name: str, v):

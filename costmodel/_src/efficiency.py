@@ -51,6 +51,8 @@ class Efficiency:
       pool (engine sleep/wake, allocator).
     train_efficiency: Multiplier on training-stage compute efficiency
       (framework overhead: FSDP, dynamic batching, padding).
+    cpu_optimizer_params_per_s: Parameters per second one GPU's host process
+      updates with an offloaded (CPU) Adam.
   """
 
   matmul_half_rows: jax.Array | float = 48.0
@@ -62,20 +64,22 @@ class Efficiency:
   host_efficiency: jax.Array | float = 0.80
   dp_overlap: jax.Array | float = 0.7
   decode_step_overhead_s: jax.Array | float = 1.5e-3
-  generate_overhead_s: jax.Array | float = 5.0
-  infer_overhead_s: jax.Array | float = 2.0
+  generate_overhead_s: jax.Array | float = 1.0
+  infer_overhead_s: jax.Array | float = 0.5
   train_overhead_s: jax.Array | float = 0.05
-  sync_overhead_s: jax.Array | float = 2.0
+  sync_overhead_s: jax.Array | float = 0.5
   sync_per_tensor_s: jax.Array | float = 0.5e-3
-  switch_overhead_s: jax.Array | float = 5.0
+  switch_overhead_s: jax.Array | float = 1.0
   train_efficiency: jax.Array | float = 1.0
+  cpu_optimizer_params_per_s: jax.Array | float = 1e9
 
   def __post_init__(self):
     pytree.check_positive(
         "Efficiency", matmul_half_rows=self.matmul_half_rows,
         matmul_exponent=self.matmul_exponent,
         memory_half_time_s=self.memory_half_time_s,
-        memory_exponent=self.memory_exponent)
+        memory_exponent=self.memory_exponent,
+        cpu_optimizer_params_per_s=self.cpu_optimizer_params_per_s)
     pytree.check_fraction(
         "Efficiency", attention_efficiency=self.attention_efficiency,
         link_efficiency=self.link_efficiency,

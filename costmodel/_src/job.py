@@ -39,19 +39,41 @@ class ResponseLength:
         raise ValueError(f"ResponseLength: knots={k.tolist()} must be sorted ascending")
 
   @classmethod
-  def from_mean_max(cls, mean: float, max_len: float, bins: int = 16) -> "ResponseLength":
+  def from_mean_max(cls, mean: float, max_len: float,
+                    bins: int | None = None) -> "ResponseLength":
     """A length distribution with the given mean and maximum.
+
+    ``bins=None`` picks ``max(16, ceil(2 * max_len / mean))`` (at most 256) for
+    concrete inputs, so a long maximum over a short mean keeps a thin tail
+    (1/K of the responses reach the maximum), and 32 for traced ones.
+
+    The knots are ``1 + c * L(u_k)`` for the first K-1 bins, with ``c`` set so
+    that the mean is exact, and ``max_len`` for the last: every response is at
+    least one token long, so the mean must be at least
+    ``(max_len + bins - 1) / bins``.
 
     Raises:
       ValueError: when ``mean`` or ``max_len`` is not positive, when
-        ``mean > max_len``, or when ``bins < 1``.
+        ``mean > max_len``, when ``bins < 1``, or when ``mean`` is below the
+        smallest mean that ``bins`` bins ending at ``max_len`` can hold.
     """
+    if bins is None:
+      if pytree.is_concrete(mean) and pytree.is_concrete(max_len) and float(mean) > 0:
+        bins = int(min(256, max(16, np.ceil(2.0 * float(max_len) / float(mean)))))
+      else:
+        bins = 32
     if not isinstance(bins, int) or bins < 1:
       raise ValueError(f"ResponseLength: bins={bins!r} must be an integer >= 1")
     pytree.check_positive("ResponseLength", mean=mean, max_len=max_len)
     if pytree.is_concrete(mean) and pytree.is_concrete(max_len):
       if float(mean) > float(max_len) * (1 + 1e-9):
         raise ValueError(f"ResponseLength: mean={mean} must not exceed max_len={max_len}")
+      lowest = (float(max_len) + bins - 1) / bins
+      if float(mean) < lowest * (1 - 1e-9):
+        raise ValueError(
+            f"ResponseLength: mean={mean} is below {lowest:g}, the smallest mean of "
+            f"bins={bins} equal-mass bins whose last knot is max_len={max_len}; use "
+            "more bins")
     mean = jnp.asarray(mean, dtype=float)
     max_len = jnp.asarray(max_len, dtype=float)
     if bins == 1:
@@ -59,11 +81,11 @@ class ResponseLength:
     u = jnp.arange(1, bins + 1, dtype=float) / bins
     alpha = jnp.maximum(max_len / mean - 1.0, 0.0)
     raw = max_len * u ** alpha
-    # Rescale the first K-1 knots so the discrete mean is exact and the last
-    # stays at max_len; the floor keeps very short means positive.
+    # Map the first K-1 knots affinely onto [1, ...] so the discrete mean is
+    # exact, every knot is at least one token and the last stays at max_len.
     rest = jnp.sum(raw[:-1])
-    scale = (bins * mean - max_len) / jnp.maximum(rest, 1e-9)
-    head = jnp.clip(raw[:-1] * jnp.maximum(scale, 0.0), 1.0, max_len)
+    scale = (bins * mean - max_len - (bins - 1)) / jnp.maximum(rest, 1e-9)
+    head = jnp.clip(1.0 + raw[:-1] * jnp.maximum(scale, 0.0), 1.0, max_len)
     return cls(knots=jnp.concatenate([head, max_len[None]]))
 
   @classmethod
@@ -123,7 +145,8 @@ class RLJob:
     optimizer_bytes: Optimizer-state bytes per parameter (12 for mixed-precision
       Adam: FP32 master weights, momentum, variance).
     kv_bytes: Bytes per KV-cache element (1 for FP8 caches).
-    logits_bytes: Bytes per logit element held for log-probs (4 for FP32).
+    logits_bytes: Bytes per logit element held for log-probs (2: BF16 logits,
+      upcast to FP32 chunk by chunk inside the log-softmax).
   """
 
   algorithm: str = pytree.static_field()
@@ -144,7 +167,7 @@ class RLJob:
   grad_bytes: float = pytree.static_field(default=2.0)
   optimizer_bytes: float = pytree.static_field(default=12.0)
   kv_bytes: float = pytree.static_field(default=2.0)
-  logits_bytes: float = pytree.static_field(default=4.0)
+  logits_bytes: float = pytree.static_field(default=2.0)
 
   def __post_init__(self):
     if self.algorithm not in ALGORITHMS:

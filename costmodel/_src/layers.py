@@ -95,11 +95,13 @@ def forward_work(model: ModelSpec, tokens, context, tp=1.0, pp=1.0, cp=1.0, ep=1
   h = model.hidden
   layers_per_stage = model.n_layers / pp
   moe_share = model.n_moe_layers / model.n_layers
-  # Weight GEMMs: all active layer weights; LM head (on the last stage,
-  # averaged over stages so the pipeline sees the mean stage).
+  # Weight GEMMs: the stage's share of the active layer weights, plus the LM
+  # head, which sits whole on the last stage: the slowest stage sets the pace
+  # of a pipeline, so the stage modelled is the last one.
   layer_active = float(model.layer_params(active=True))
-  head = float(model.vocab * h) if lm_head else 0.0
-  matmul = 2.0 * t_loc * (layer_active + head) / (tp * pp)
+  # LM head (vocab x embedding width, plus any projection to that width).
+  head = float(model.matmul_params_per_token - layer_active) if lm_head else 0.0
+  matmul = 2.0 * t_loc * (layer_active / pp + head) / tp
   score_ctx = context if flash_attention else 2.0 * context
   attn = model.attention_flops_per_token(score_ctx) * t_loc / (tp * pp)
   # Weights read once per pass: non-expert weights, plus the touched experts.
@@ -108,7 +110,7 @@ def forward_work(model: ModelSpec, tokens, context, tp=1.0, pp=1.0, cp=1.0, ep=1
   expert_w = float(model.expert_params_total)
   touched = experts_touched_fraction(model, tokens * ep)
   weight_bytes = param_bytes * (dense_w / (tp * pp) + touched * expert_w / (tp * pp * ep)
-                                + head / (tp * pp))
+                                + head / tp)
   # Element-wise kernels (norms, residuals, dropout, bias, activation; the
   # unfused softmax): ~16 h elements per token per layer read or written, plus
   # 2-3 passes over the MLP intermediate, plus 6 passes over the scores.
@@ -119,7 +121,7 @@ def forward_work(model: ModelSpec, tokens, context, tp=1.0, pp=1.0, cp=1.0, ep=1
   if not flash_attention:
     per_token = per_token + 6.0 * model.n_heads / tp * score_ctx
   act = act_bytes * t_loc * layers_per_stage * per_token
-  act = act + (act_bytes * 2.0 * t_loc * model.vocab / (tp * pp) if lm_head else 0.0)
+  act = act + (act_bytes * 2.0 * t_loc * model.vocab / tp if lm_head else 0.0)
   tp_bytes = act_bytes * t_loc * h
   tp_coll = jnp.where(tp > 1.0, 2.0 * layers_per_stage, 0.0)
   ep_bytes = act_bytes * t_loc * model.top_k * h if model.is_moe else jnp.zeros(())
@@ -147,8 +149,9 @@ def activation_bytes_per_layer(model: ModelSpec, seq, micro_batch, tp, cp, recom
   * full: ``2 s b h`` (the layer input only)
 
   FlashAttention never stores the ``5 a s^2 b`` score term. CP divides s.
-  MoE layers store the routed copies: the MLP share (19 of 34) scales with
-  ``top_k * expert_ffn / (4 h)``.
+  The MLP share (19 of 34) scales with ``ffn / (4 h)``, times 1.5 for a gated
+  (SwiGLU) MLP; MoE layers store the routed copies, ``ffn = top_k *
+  expert_ffn + shared_ffn``.
 
   Args:
     recompute: 0 none, 1 selective, 2 full (may be a traced integer).
@@ -156,14 +159,15 @@ def activation_bytes_per_layer(model: ModelSpec, seq, micro_batch, tp, cp, recom
   s = seq / cp
   sbh = s * micro_batch * model.hidden
   score = 0.0 if flash_attention else 5.0 * model.n_heads * s / model.hidden
-  mlp_scale = 1.0
+  gate = 1.5 if model.gated_mlp else 1.0
   if model.is_moe:
     moe_ffn = model.top_k * model.expert_ffn_hidden + model.shared_ffn_hidden
     share = model.n_moe_layers / model.n_layers
     dense_ffn = model.ffn_hidden if model.n_dense_layers else moe_ffn
-    mlp_scale = (share * moe_ffn + (1 - share) * dense_ffn) / (4.0 * model.hidden)
+    ffn = share * moe_ffn + (1 - share) * dense_ffn
   else:
-    mlp_scale = model.ffn_hidden * (1.5 if model.gated_mlp else 1.0) / (4.0 * model.hidden)
+    ffn = model.ffn_hidden
+  mlp_scale = gate * ffn / (4.0 * model.hidden)
   base = 15.0 + 19.0 * mlp_scale  # 11 attention + 4 norms, 19 MLP at ffn = 4h
   if sequence_parallel:
     none = sbh * (base + score) / tp

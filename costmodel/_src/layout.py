@@ -32,8 +32,8 @@ class Parallel:
 
   The data-parallel degree is what is left of the pool:
   ``dp = pool_gpus / (tp * pp * cp)``. Expert parallelism folds into the
-  data-parallel ranks (Megatron's convention), so ``ep`` must divide
-  ``dp * cp``.
+  other ranks (Megatron with expert-TP 1), so ``ep`` must divide
+  ``tp * dp * cp``.
 
   Attributes:
     tp: Tensor-parallel degree.

@@ -217,8 +217,9 @@ def _check_layout(where: str, model: ModelSpec, layout: Parallel, gpus: float) -
     if model.n_experts % ep:
       raise ValueError(f"{where}: ep={ep:g} must divide n_experts={model.n_experts}")
     dp = gpus / mp
-    if (dp * cp) % ep:
-      raise ValueError(f"{where}: ep={ep:g} must divide dp*cp={dp * cp:g}")
+    if (dp * cp * tp) % ep:
+      raise ValueError(f"{where}: ep={ep:g} must divide tp*dp*cp={dp * cp * tp:g} (expert "
+                       "ranks come from the TP, DP and CP ranks)")
 
 
 def validate(plan: Plan, job: RLJob, cluster: Cluster) -> None:

@@ -4,7 +4,7 @@ A forward pass over every sample's prompt + response tokens, in micro-batches
 of ``micro_batch`` sequences per GPU, on ``dp = pool_gpus / (tp * pp * cp)``
 data-parallel ranks. With PP the micro-batches stream through the pipeline
 (``m + pp - 1`` stage passes). With ZeRO-3/FSDP the weights are gathered once
-per micro-batch. The logits (tokens x vocab, FP32, split over TP) are held for
+per micro-batch. The logits (tokens x vocab, split over TP) are held for
 the log-prob and count towards memory.
 """
 
@@ -30,10 +30,18 @@ def sequence_tokens(job: RLJob):
 
 
 def weight_shard(model: ModelSpec, layout: Parallel, dp):
-  """Parameters per GPU before ZeRO sharding: TP x PP split, experts over EP."""
+  """Parameters per GPU before ZeRO sharding.
+
+  Dense weights split over TP x PP. Experts: with EP > 1 Megatron's
+  expert-TP of 1 (each expert whole on its rank, EP ranks drawn from the TP,
+  DP and CP ranks), so ``experts / (pp * ep)``; with EP = 1 the experts are
+  TP-split like the rest.
+  """
+  del dp
   expert = float(model.expert_params_total)
   dense = float(model.total_params) - expert
-  return dense / (layout.tp * layout.pp) + expert / (layout.tp * layout.pp * layout.ep)
+  etp = jnp.where(jnp.asarray(layout.ep) > 1.0, 1.0, layout.tp)
+  return dense / (layout.tp * layout.pp) + expert / (etp * layout.pp * layout.ep)
 
 
 def infer(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cluster,
@@ -55,6 +63,7 @@ def infer(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
   n = job.samples_per_step if samples is None else jnp.asarray(samples, float)
   dp = pool_gpus / (layout.tp * layout.pp * layout.cp)
   seq, seq_max = sequence_tokens(job)
+  seq_peak = seq + (seq_max - seq) / jnp.maximum(layout.micro_batch, 1.0)
   per_rank = n / dp
   m = smooth.ceil(per_rank / layout.micro_batch, tau)  # micro-batches per rank
   mb_seqs = per_rank / m
@@ -79,8 +88,8 @@ def infer(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
   depth_s = layout.pp * stage_s  # one micro-batch through every stage
   # Memory: weights (ZeRO-3 sharded), activations of one micro-batch, logits.
   weights = shard * job.param_bytes / jnp.where(layout.zero_stage >= 3, dp * layout.cp, 1.0)
-  act = 4.0 * mb_seqs * seq_max / layout.cp * model.hidden * 2.0 / layout.tp
-  logits = (mb_seqs * seq_max / layout.cp * model.vocab * job.logits_bytes / layout.tp
+  act = 4.0 * mb_seqs * seq_peak / layout.cp * model.hidden * 2.0 / layout.tp
+  logits = (mb_seqs * seq_peak / layout.cp * model.vocab * job.logits_bytes / layout.tp
             if lm_head else jnp.zeros(()))
   memory = common.Memory.zeros()._replace(weights=weights, activations=act, logits=logits,
                                           workspace=jnp.asarray(1.0 * 2**30))

@@ -17,7 +17,8 @@ micro-batches of ``micro_batch`` sequences:
   gathered in forward and backward), a share ``dp_overlap`` hidden behind the
   backward pass;
 * optimizer step: memory bound over the local shard; with offload, gradients
-  go to the host and parameters come back over the host link.
+  go to the host and parameters come back over the host link, the step runs
+  on the CPU, and ZeRO-3 weight shards stream in for every pass.
 
 Memory per GPU follows Rajbhandari et al. (ZeRO) and Korthikanti et al.
 (activations; 1F1B keeps ``pp`` micro-batches in flight on the first stage).
@@ -95,7 +96,10 @@ def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
   batch = n / job.mini_batches if global_batch is None else jnp.asarray(global_batch, float)
   mean_seq, max_seq = infer_lib.sequence_tokens(job)
   seq = mean_seq if seq_len is None else jnp.asarray(seq_len, float)
-  seq_peak = max_seq if seq_len is None else seq
+  # Peak tokens of a micro-batch: packed sequences of mean length, one of
+  # which is the longest (dynamic batching / padding-free packing).
+  seq_peak = (seq + (max_seq - seq) / jnp.maximum(layout.micro_batch, 1.0)
+              if seq_len is None else seq)
   tp, pp, cp, ep = layout.tp, layout.pp, layout.cp, layout.ep
   dp = pool_gpus / (tp * pp * cp)
   per_rank = batch / dp
@@ -145,11 +149,14 @@ def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
   off = jnp.asarray(layout.offload, float)
   opt_gpu_s = roofline.memory_time(opt_bytes, hw, eff)
   host_bw = hw.host_bandwidth_bytes_per_s * eff.host_efficiency
-  opt_host_s = opt_params * (job.grad_bytes + job.param_bytes) / host_bw
-  # Offloaded ZeRO-3 weights stream in for forward and backward.
-  param_stream_s = jnp.where(z >= 3, 2.0 * shard / dp_group * job.param_bytes / host_bw, 0.0)
-  opt_s = (1.0 - off) * opt_gpu_s + off * (opt_host_s + param_stream_s)
-
+  # Offload: gradients to the host and weights back each update, the
+  # optimizer step on the CPU, and (ZeRO-3) the weight shards streamed in for
+  # every forward and backward pass of every micro-batch.
+  opt_host_s = (opt_params * (job.grad_bytes + job.param_bytes) / host_bw
+                + opt_params / eff.cpu_optimizer_params_per_s)
+  passes = 2.0 + jnp.where(rc >= 2, 1.0, 0.0)
+  param_stream_s = jnp.where(z >= 3, m * passes * shard / dp_group * job.param_bytes / host_bw,
+                             0.0)
   per_update_compute = m * (pt.compute_s + sel)
   per_update_memory = m * pt.memory_s + (1.0 - off) * opt_gpu_s
   per_update_comm = m * (pt.comm_s + p2p_s) + dp_exposed + off * (opt_host_s + param_stream_s)
@@ -158,7 +165,6 @@ def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
   comm_s = n_updates * per_update_comm
   bubble_s = n_updates * bubble
   overhead_s = n_updates * eff.train_overhead_s
-  del opt_s
 
   ctx = 0.5 * seq
   flops = n_updates * batch * seq * 3.0 * model.forward_flops_per_token(ctx)
@@ -180,7 +186,8 @@ def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
   full_extra = jnp.where(rc >= 2, layers.activation_bytes_per_layer(
       model, seq_peak, mb, tp, cp, 0.0, layout.sequence_parallel, layout.flash_attention), 0.0)
   activations = act_layer * layers_per_stage * in_flight + full_extra
-  logits = (mb * seq_peak / cp * model.vocab * job.logits_bytes * 2.0 / tp
+  # Logits and their gradient (1.5x: the gradient overwrites in chunks).
+  logits = (mb * seq_peak / cp * model.vocab * job.logits_bytes * 1.5 / tp
             if lm_head else jnp.zeros(()))
   memory = common.Memory.zeros()._replace(
       weights=w_b, gradients=g_b, optimizer=o_b, activations=activations, logits=logits,

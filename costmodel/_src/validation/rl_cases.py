@@ -1,0 +1,319 @@
+"""Published RL post-training runs as prediction cases.
+
+Each run is rebuilt as an (RLJob, Plan, Cluster) from its launch script (the
+source named per run); a published step or stage time becomes a
+:class:`~costmodel._src.validation.cases.Case` predicted by
+:func:`costmodel.estimate`.
+
+Assumptions shared by every run, stated once because no source publishes
+them:
+
+* prompt length: the DAPO-Math and GSM8K-style prompts are short; 256 tokens
+  is used where only the maximum (2,048) is given;
+* mean response length of the DAPO Qwen2.5-Math-7B runs: only the maximum is
+  published (the wandb projects that hold the mean are not public text). It
+  is inferred once per group of runs from one anchor stage, the colocated
+  run's ``update_actor`` time on the fewest GPUs (training time is linear in
+  tokens), with the default efficiency parameters; that anchor case is then
+  marked as used for the inference and the group's other stages and steps
+  are predictions;
+* DAPO dynamic sampling is not modelled (over-sampling factor 1);
+* veRL's ``timing_s/gen`` of a colocated run includes the engine wake-up and
+  the weight reshard, so it is compared with generate + switch + weight sync.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax.numpy as jnp
+
+from costmodel._src import hardware as hw_lib
+from costmodel._src import model_presets
+from costmodel._src.cluster import Cluster
+from costmodel._src.efficiency import Efficiency
+from costmodel._src.job import ResponseLength, RLJob
+from costmodel._src.layout import Engine, Parallel
+from costmodel._src.plan import Mode, Plan, Pool, RolePlan
+from costmodel._src.step import estimate
+from costmodel._src.validation.cases import Case
+
+VERL_FULLY_ASYNC = ("volcengine/verl@b178a3c verl/experimental/fully_async_policy "
+                    "(README.md, shell/dapo_7b_math_fsdp2_*.sh)")
+VERL_ONE_STEP_OFF = ("volcengine/verl@b178a3c docs/advance/one_step_off.md, "
+                     "verl/experimental/one_step_off_policy/shell/dapo_7b_math_*.sh")
+VERL_DSV3 = ("volcengine/verl@b178a3c docs/perf/dpsk.md, "
+             "examples/grpo_trainer/run_deepseek671b_math_megatron_96gb.sh")
+DS_CHAT = ("deepspeedai/DeepSpeedExamples@45b4b71 applications/DeepSpeed-Chat README.md, "
+           "training/step3_rlhf_finetuning/BenckmarkSetting.md")
+
+# veRL stage names -> estimate stage names.
+VERL_STAGES = {
+    "gen": ("generate", "switch", "weight_sync"),
+    "old_log_prob": ("old_log_prob",),
+    "ref": ("reference",),
+    "update_actor": ("actor_update",),
+}
+
+
+class Run(NamedTuple):
+  """A published run rebuilt for the model."""
+
+  key: str
+  label: str
+  job: RLJob
+  plan: Plan
+  cluster: Cluster
+  step_s: float | None
+  stages_s: dict
+  row_ids: tuple[str, ...]
+  source: str
+  note: str = ""
+  scale: float = 1.0  # published value = scale x step time (e.g. an epoch)
+  unit: str = "s"
+
+
+def h20_cluster(gpus: int) -> Cluster:
+  return Cluster(hw_lib.get("H20"), 8, gpus // 8)
+
+
+def _dapo7b_job(response_max: float, samples: float, response_mean: float,
+                mini_batch_prompts: float = 32.0) -> RLJob:
+  return RLJob("dapo", model_presets.get("qwen2.5-math-7b"), prompts_per_step=512.0,
+               samples_per_prompt=samples, prompt_len=256.0,
+               response=ResponseLength.from_mean_max(response_mean, response_max),
+               mini_batches=int(512 / mini_batch_prompts))
+
+
+def _fsdp(job: RLJob, cp: float, tokens_per_gpu: float, offload: float = 0.0) -> Parallel:
+  seq = 256.0 + float(job.response.mean)
+  return Parallel(tp=1.0, pp=1.0, cp=cp, micro_batch=max(1.0, round(tokens_per_gpu * cp / seq)),
+                  zero_stage=3.0, recompute=2.0, offload=offload)
+
+
+def _dapo28k_runs(mean: float) -> list[Run]:
+  """Rows 1-6: DAPO Qwen2.5-Math-7B, 512 x 16, max response 28,672.
+
+  The colocated runs have no published script: the async scripts' settings
+  (rollout TP 4, memory fraction 0.8, Ulysses SP 4, 61,440 tokens per GPU) are
+  used for them too.
+  """
+  out = []
+  pub = {32: (790.1, 357.41, 107.71, 269.8, 294.77, 313.81),
+         64: (365.28, 150.72, 70.26, 133.41, 189.26, 156.98),
+         128: (356.3, 177.85, 53.92, 113.81, 150.63, 113.16)}
+  ids = {32: (1, 2), 64: (3, 4), 128: (5, 6)}
+  for gpus, (step, gen, olp, upd, a_step, a_upd) in pub.items():
+    job = _dapo7b_job(28672.0, 16.0, mean)
+    cluster = h20_cluster(gpus)
+    train = _fsdp(job, 4.0, 61440.0)
+    # Colocated: actor parameters and optimizer offloaded, as in veRL's
+    # colocated DAPO scripts (one_step_off_policy/shell/*_colocate.sh).
+    colocated_train = train.replace(offload=1.0)
+    engine = Engine(tp=4.0, memory_fraction=0.8, max_seqs=1024.0)
+    out.append(Run(f"verl-dapo7b-colocated-{gpus}", f"veRL DAPO 7B colocated, {gpus} H20",
+                   job, Plan.colocated(job, cluster, train=colocated_train, engine=engine),
+                   cluster,
+                   step, {"gen": gen, "old_log_prob": olp, "update_actor": upd},
+                   (f"rl:{ids[gpus][0]}",), VERL_FULLY_ASYNC,
+                   f"mean response {mean:.0f} (inferred); colocated settings assumed equal "
+                   "to the async scripts' with the colocated scripts' actor offload"))
+    half = gpus // 2
+    staleness_plan = Plan(
+        pools=(Pool("gen", float(half)), Pool("train", float(half))),
+        roles=(RolePlan("actor", "train", train=train),),
+        engine=engine, rollout_pool="gen", mode=Mode(staleness=1, partial_rollout=True))
+    out.append(Run(f"verl-dapo7b-async-{gpus}", f"veRL DAPO 7B fully async {half}+{half} H20",
+                   job, staleness_plan, cluster, a_step, {"update_actor": a_upd},
+                   (f"rl:{ids[gpus][1]}",), VERL_FULLY_ASYNC,
+                   f"mean response {mean:.0f} (inferred); staleness 0.1-0.5 with partial "
+                   "rollouts modelled as one-step-off with partial rollouts"))
+  return out
+
+
+def _one_step_off_runs(mean: float) -> list[Run]:
+  """Rows 14-17: one-step-off, 16 H20, 512 prompts, max response 8,192."""
+  out = []
+  for rid, label, colocated, megatron, samples, step, stages in (
+      (14, "FSDP2 colocated", True, False, 12.0, 749.0,
+       {"gen": 321.0, "old_log_prob": 88.0, "update_actor": 286.0}),
+      (15, "FSDP2 one-step-off 4+12", False, False, 12.0, 520.0,
+       {"old_log_prob": 108.0, "update_actor": 337.0}),
+      (16, "Megatron colocated", True, True, 16.0, 699.0,
+       {"gen": 207.0, "old_log_prob": 119.0, "update_actor": 344.0}),
+      (17, "Megatron one-step-off 4+12", False, True, 12.0, 566.0,
+       {"old_log_prob": 120.0, "update_actor": 347.0})):
+    job = _dapo7b_job(8192.0, samples, mean)
+    cluster = h20_cluster(16)
+    if megatron:
+      train = Parallel(tp=2.0, pp=2.0, micro_batch=2.0, zero_stage=1.0, recompute=2.0,
+                       offload=1.0 if colocated else 0.0)
+      infer = train.replace(micro_batch=4.0)
+    else:
+      train = _fsdp(job, 4.0, 20480.0, offload=1.0 if colocated else 0.0)
+      infer = _fsdp(job, 4.0, 30720.0)
+    engine = Engine(tp=2.0, memory_fraction=0.8, max_seqs=1024.0)
+    if colocated:
+      plan = Plan.colocated(job, cluster, train=train, infer=infer, engine=engine)
+    else:
+      plan = Plan(pools=(Pool("gen", 4.0), Pool("train", 12.0)),
+                  roles=(RolePlan("actor", "train", train=train, infer=infer),),
+                  engine=engine, rollout_pool="gen", mode=Mode(staleness=1))
+    out.append(Run(f"verl-one-step-off-{rid}", f"veRL one-step-off DAPO 7B {label}, 16 H20",
+                   job, plan, cluster, step, stages, (f"rl:{rid}",), VERL_ONE_STEP_OFF,
+                   f"mean response {mean:.0f} (inferred); max response 8,192 as in every "
+                   "script (the doc's 20,480 for FSDP2 is not backed by one)"))
+  return out
+
+
+def _anchor_stage(run: Run, stage: str) -> float:
+  est = estimate(run.job, run.plan, run.cluster, Efficiency())
+  return float(_sum_stages(est, VERL_STAGES[stage]))
+
+
+def infer_mean_response(build, anchor_key: str, stage: str, lo: float = 100.0,
+                        hi: float = 8000.0, iters: int = 30) -> float:
+  """The mean response length at which ``anchor_key``'s ``stage`` matches.
+
+  Bisection on the (monotone) predicted stage time of the anchor run.
+  """
+  def anchor(mean):
+    run = next(r for r in build(mean) if r.key == anchor_key)
+    return run, _anchor_stage(run, stage) - run.stages_s[stage]
+  for _ in range(iters):
+    mid = 0.5 * (lo + hi)
+    if anchor(mid)[1] > 0:
+      hi = mid
+    else:
+      lo = mid
+  return round(0.5 * (lo + hi))
+
+
+ANCHORS = {
+    # group builder, anchor run, anchor stage
+    "dapo28k": (_dapo28k_runs, "verl-dapo7b-colocated-32", "update_actor"),
+    "one_step_off": (_one_step_off_runs, "verl-one-step-off-14", "update_actor"),
+}
+
+
+def _dsv3_run() -> Run:
+  dsv3 = model_presets.get("deepseek-v3")
+  job = RLJob("grpo", dsv3, prompts_per_step=96.0, samples_per_prompt=8.0, prompt_len=256.0,
+              response=ResponseLength.from_mean_max(1960.0, 9632.0), mini_batches=3)
+  cluster = h20_cluster(96)
+  train = Parallel(tp=8.0, pp=12.0, ep=8.0, micro_batch=4.0, zero_stage=1.0, recompute=2.0,
+                   offload=1.0)
+  engine = Engine(tp=32.0, memory_fraction=0.6, max_seqs=1024.0)
+  return Run("verl-dsv3-96", "veRL GRPO DeepSeek-V3 671B colocated, 96 H20", job,
+             Plan.colocated(job, cluster, train=train, engine=engine), cluster, 1700.0,
+             {"gen": 1050.0}, ("rl:18",), VERL_DSV3,
+             "published 'rollout' (1,050 s) compared with generate + switch + sync; the "
+             "engine runs eager (no CUDA graphs) over 4 nodes, which the model does not "
+             "capture")
+
+
+def _dschat_runs() -> list[Run]:
+  """Rows 100-110: DeepSpeed-Chat PPO epochs (264,292 samples of 256 + 256
+  tokens); batch per step at the 1,024-pair cap; ZeRO-3, hybrid engine."""
+  out = []
+  critic = model_presets.get("opt-350m")
+  tp_by_size = {"1.3b": 1, "6.7b": 1, "13b": 2, "30b": 4, "66b": 8, "175b": 8}
+  epochs = {8: {"1.3b": 1.4 * 3600, "6.7b": 4.1 * 3600, "13b": 9 * 3600, "30b": 18 * 3600,
+                "66b": 2.1 * 86400},
+            64: {"1.3b": 31 * 60, "6.7b": 51 * 60, "13b": 1.25 * 3600, "30b": 4 * 3600,
+                 "66b": 7.5 * 3600, "175b": 20 * 3600}}
+  rid = iter(range(100, 111))
+  for gpus, table in epochs.items():
+    for size, seconds in table.items():
+      actor = model_presets.get(f"opt-{size}")
+      job = RLJob("ppo", actor, critic=critic, reward_model=critic, prompts_per_step=1024.0,
+                  samples_per_prompt=1.0, prompt_len=256.0,
+                  response=ResponseLength.from_mean_max(256.0, 256.0, bins=1))
+      cluster = Cluster(hw_lib.get("A100-80GB"), 8, gpus // 8)
+      ckpt = 2.0 if size != "1.3b" else 0.0
+      train = Parallel(micro_batch=4.0 if gpus == 64 else 2.0, zero_stage=3.0, recompute=ckpt)
+      tp = tp_by_size[size]
+      plan = Plan.colocated(job, cluster, train=train,
+                            critic=Parallel(micro_batch=4.0, zero_stage=3.0),
+                            engine=Engine(tp=float(tp), memory_fraction=0.5,
+                                          prefix_caching=False))
+      steps = 264292.0 / 1024.0
+      out.append(Run(f"dschat-{size}-{gpus}",
+                     f"DeepSpeed-Chat PPO OPT-{size} + 350M, {gpus} A100",
+                     job, plan, cluster, seconds, {}, (f"rl:{next(rid)}",), DS_CHAT,
+                     "1,024 pairs per step (the documented cap), 258 steps per epoch; "
+                     "per-config batch, ZeRO stage and inference TP are not published",
+                     scale=steps, unit="s/epoch"))
+  return out
+
+
+_CACHE: dict = {}
+
+
+def inferred_means() -> dict[str, float]:
+  """Mean response length inferred per group (cached)."""
+  if "means" not in _CACHE:
+    _CACHE["means"] = {g: infer_mean_response(*a) for g, a in ANCHORS.items()}
+  return _CACHE["means"]
+
+
+def anchor_case_labels() -> set[str]:
+  """Labels of the cases used to infer a missing input (not predictions)."""
+  out = set()
+  for build, key, stage in ANCHORS.values():
+    run = next(r for r in build(1000.0) if r.key == key)
+    out.add(f"{run.label}: {stage}")
+  return out
+
+
+def runs() -> list[Run]:
+  """Every published RL run with a usable configuration."""
+  means = inferred_means()
+  return (_dapo28k_runs(means["dapo28k"]) + _one_step_off_runs(means["one_step_off"])
+          + [_dsv3_run()] + _dschat_runs())
+
+
+def _sum_stages(est, names) -> jnp.ndarray:
+  total = jnp.zeros(())
+  parts = est.time_parts_s.sum(-1)
+  for n in names:
+    if n in est.stage_names:
+      total = total + parts[est.stage_names.index(n)]
+  return total
+
+
+def run_cases(run: Run) -> list[Case]:
+  """The step and stage cases of one run."""
+  cases = []
+
+  def step(eff: Efficiency, run=run):
+    return estimate(run.job, run.plan, run.cluster, eff).step_time_s * run.scale
+
+  if run.step_s is not None:
+    cases.append(Case(run.row_ids[0], "rl_step", run.label, run.step_s, run.unit, step,
+                      run.note))
+  for stage, value in run.stages_s.items():
+    names = VERL_STAGES[stage]
+
+    def stage_fn(eff: Efficiency, run=run, names=names):
+      return _sum_stages(estimate(run.job, run.plan, run.cluster, eff), names)
+
+    cases.append(Case(run.row_ids[0], "rl_stage", f"{run.label}: {stage}", value, "s",
+                      stage_fn, run.note))
+  return cases
+
+
+def all_rl_cases() -> list[Case]:
+  return [c for r in runs() for c in run_cases(r)]
+
+
+SKIPPED_RL = {
+    "rl:7": "Qwen3-30B-A3B colocated: Megatron layout and rollout TP not published",
+    "rl:8": "Qwen3-30B-A3B fully async: mean response length not published; kept out "
+            "with its colocated twin",
+    "rl:9": "multi-turn tool calling: lengths, samples and layouts not published",
+    "rl:10": "multi-turn tool calling: lengths, samples and layouts not published",
+    "rl:11-13": "weight-sync microbenchmarks: used for the sync model's shape only",
+    "rl:19-21": "MFU-only rows without lengths or batch",
+    "rl:168-175": "headline claims without configuration",
+}
