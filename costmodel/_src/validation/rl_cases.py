@@ -273,6 +273,25 @@ def runs() -> list[Run]:
           + [_dsv3_run()] + _dschat_runs())
 
 
+_LAST: dict = {}
+
+
+def shared_estimate(job: RLJob, plan: Plan, cluster: Cluster, eff: Efficiency):
+  """``estimate(job, plan, cluster, eff)``, computed once per (run, eff) object.
+
+  Several cases of one run (its step and each stage) are predicted from the
+  same estimate; inside one traced loss they share it instead of tracing the
+  model once per case.
+  """
+  key = (id(job), id(plan), id(cluster))
+  hit = _LAST.get(key)
+  if hit is not None and hit[0] is eff:
+    return hit[1]
+  est = estimate(job, plan, cluster, eff)
+  _LAST[key] = (eff, est)
+  return est
+
+
 def _sum_stages(est, names) -> jnp.ndarray:
   total = jnp.zeros(())
   parts = est.time_parts_s.sum(-1)
@@ -287,7 +306,7 @@ def run_cases(run: Run) -> list[Case]:
   cases = []
 
   def step(eff: Efficiency, run=run):
-    return estimate(run.job, run.plan, run.cluster, eff).step_time_s * run.scale
+    return shared_estimate(run.job, run.plan, run.cluster, eff).step_time_s * run.scale
 
   if run.step_s is not None:
     cases.append(Case(run.row_ids[0], "rl_step", run.label, run.step_s, run.unit, step,
@@ -296,7 +315,7 @@ def run_cases(run: Run) -> list[Case]:
     names = VERL_STAGES[stage]
 
     def stage_fn(eff: Efficiency, run=run, names=names):
-      return _sum_stages(estimate(run.job, run.plan, run.cluster, eff), names)
+      return _sum_stages(shared_estimate(run.job, run.plan, run.cluster, eff), names)
 
     cases.append(Case(run.row_ids[0], "rl_stage", f"{run.label}: {stage}", value, "s",
                       stage_fn, run.note))

@@ -1,0 +1,45 @@
+"""Published measurements as prediction cases, and the accuracy report.
+
+>>> from costmodel import validation
+>>> rows = validation.evaluate(validation.cases(["training"]))
+>>> validation.summary(rows)["training"]["median"] < 0.1
+True
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from costmodel._src.validation.cases import Case
+from costmodel._src.validation.cases import SKIPPED
+from costmodel._src.validation.report import Row
+from costmodel._src.validation.report import evaluate
+from costmodel._src.validation.report import markdown
+from costmodel._src.validation.report import summary
+from costmodel._src.validation.rl_cases import SKIPPED_RL
+from costmodel._src.validation.rl_cases import inferred_means
+from costmodel._src.validation.rl_cases import runs as rl_runs
+
+GROUPS = ("training", "memory", "kernel", "decode", "collective", "rl_step", "rl_stage")
+
+
+def cases(groups: Sequence[str] | None = None) -> list[Case]:
+  """Every prediction case, or those of ``groups``.
+
+  Raises:
+    ValueError: for an unknown group (the message lists the known ones).
+  """
+  from costmodel._src.validation import cases as base  # pylint: disable=g-import-not-at-top
+  from costmodel._src.validation import rl_cases  # pylint: disable=g-import-not-at-top
+  groups = tuple(groups) if groups is not None else GROUPS
+  for g in groups:
+    if g not in GROUPS:
+      raise ValueError(f"group={g!r} is not one of {GROUPS}")
+  out = [c for c in base.all_cases() if c.group in groups]
+  if {"rl_step", "rl_stage"} & set(groups):
+    out += [c for c in rl_cases.all_rl_cases() if c.group in groups]
+  return out
+
+
+__all__ = ("Case", "GROUPS", "Row", "SKIPPED", "SKIPPED_RL", "cases", "evaluate",
+           "inferred_means", "markdown", "rl_runs", "summary")
