@@ -60,10 +60,13 @@ def bus_factor(kind: str, n) -> jax.Array:
 def flat_time(kind: str, nbytes, n, bandwidth_bytes_per_s, latency_s) -> jax.Array:
   """Alpha-beta time of a flat (single-level) ring collective.
 
-  ``t = steps * alpha + f(n) * S / B``.
+  ``t = steps * alpha + f(n) * S / B``; zero for a group of one rank.
   """
   n = jnp.asarray(n, dtype=float)
   f = bus_factor(kind, n)
+  if kind in ("broadcast", "p2p"):
+    # f = 1 for any n > 1, but a group of one rank moves nothing.
+    f = jnp.where(n > 1, f, 0.0)
   if kind == "p2p":
     steps = jnp.where(n > 1, 1.0, 0.0)
   elif kind == "all_reduce":

@@ -48,11 +48,18 @@ def compute_time(flops, rows, hw: Hardware, eff: eff_lib.Efficiency,
 
 
 def memory_time(nbytes, hw: Hardware, eff: eff_lib.Efficiency, n_ops=1.0) -> jax.Array:
-  """Time to stream ``nbytes`` through HBM in ``n_ops`` equal transfers."""
+  """Time to stream ``nbytes`` through HBM in ``n_ops`` equal transfers.
+
+  Zero for zero bytes, with finite gradients there (double ``where``: the
+  efficiency of an empty transfer underflows, and ``0 / e`` would give NaN
+  gradients).
+  """
   ideal = nbytes / hw.hbm_bandwidth_bytes_per_s
-  e = eff_lib.saturating_efficiency(ideal / n_ops, hw.hbm_efficiency_max,
+  ok = ideal > 0
+  safe_ideal = jnp.where(ok, ideal, 1.0)
+  e = eff_lib.saturating_efficiency(safe_ideal / n_ops, hw.hbm_efficiency_max,
                                     eff.memory_half_time_s, eff.memory_exponent)
-  return ideal / e
+  return jnp.where(ok, safe_ideal / e, 0.0)
 
 
 def roofline(flops, nbytes, rows, hw: Hardware, eff: eff_lib.Efficiency, n_ops=1.0,

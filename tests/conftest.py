@@ -1,0 +1,121 @@
+"""Shared fixtures and helpers of the test suite.
+
+Nothing here changes global JAX settings: tests that need float64 use the
+``x64`` fixture (or ``jax.enable_x64(True)`` as a context manager), which
+restores the previous setting when the test ends.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import costmodel as cm
+from costmodel._src.model import ModelSpec
+
+# Relative and absolute tolerances keyed by dtype: a few ulps of accumulated
+# rounding through the cost model's chains of products and logs.
+_TOLERANCES = {
+    np.dtype(np.float16): (1e-2, 1e-3),
+    np.dtype(jnp.bfloat16): (2e-2, 1e-2),
+    np.dtype(np.float32): (1e-5, 1e-7),
+    np.dtype(np.float64): (1e-11, 1e-14),
+}
+
+
+def tolerance(dtype) -> tuple[float, float]:
+  """``(rtol, atol)`` for comparing arrays of ``dtype`` (integers: exact)."""
+  dtype = np.dtype(dtype)
+  if not np.issubdtype(dtype, np.floating) and dtype != np.dtype(jnp.bfloat16):
+    return 0.0, 0.0
+  return _TOLERANCES[dtype]
+
+
+def tree_allclose(a, b, rtol: float | None = None, atol: float | None = None) -> bool:
+  """True when two pytrees have the same structure and close leaves.
+
+  Tolerances default to the looser of the two leaves' dtype tolerances.
+  Static fields (names, roles, modes) are part of the structure, so they must
+  be equal.
+  """
+  leaves_a, tree_a = jax.tree_util.tree_flatten(a)
+  leaves_b, tree_b = jax.tree_util.tree_flatten(b)
+  if tree_a != tree_b:
+    return False
+  for x, y in zip(leaves_a, leaves_b, strict=True):
+    x, y = np.asarray(x), np.asarray(y)
+    if x.shape != y.shape:
+      return False
+    r_def, a_def = max(tolerance(x.dtype), tolerance(y.dtype))
+    if not np.allclose(x, y, rtol=r_def if rtol is None else rtol,
+                       atol=a_def if atol is None else atol, equal_nan=False):
+      return False
+  return True
+
+
+def assert_tree_allclose(a, b, rtol: float | None = None, atol: float | None = None) -> None:
+  """Asserts :func:`tree_allclose`, printing the first differing leaf."""
+  if tree_allclose(a, b, rtol, atol):
+    return
+  leaves_a, tree_a = jax.tree_util.tree_flatten(a)
+  leaves_b, tree_b = jax.tree_util.tree_flatten(b)
+  assert tree_a == tree_b, f"tree structures differ:\n{tree_a}\n{tree_b}"
+  for i, (x, y) in enumerate(zip(leaves_a, leaves_b, strict=True)):
+    x, y = np.asarray(x), np.asarray(y)
+    r_def, a_def = max(tolerance(x.dtype), tolerance(y.dtype))
+    np.testing.assert_allclose(x, y, rtol=r_def if rtol is None else rtol,
+                               atol=a_def if atol is None else atol, err_msg=f"leaf {i}")
+
+
+@pytest.fixture
+def x64():
+  """Enables float64 for the test and restores the previous setting after."""
+  with jax.enable_x64(True):
+    yield
+
+
+# ----- specs shared by several test files -----------------------------------
+
+
+@pytest.fixture(scope="session")
+def tiny_dense() -> ModelSpec:
+  """A 4-layer GQA model with round numbers for hand-derived counts."""
+  return ModelSpec("tiny-dense", n_layers=4, hidden=256, n_heads=8, n_kv_heads=2,
+                   head_dim=32, ffn_hidden=1024, vocab=1000, gated_mlp=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_moe() -> ModelSpec:
+  """A 4-layer MoE model (first layer dense, 8 experts, top-2)."""
+  return ModelSpec("tiny-moe", n_layers=4, hidden=256, n_heads=8, n_kv_heads=8,
+                   head_dim=32, ffn_hidden=1024, vocab=1000, gated_mlp=True,
+                   n_experts=8, top_k=2, expert_ffn_hidden=128, first_dense_layers=1)
+
+
+@pytest.fixture(scope="session")
+def h100() -> cm.Hardware:
+  return cm.hardware.get("H100")
+
+
+@pytest.fixture(scope="session")
+def cluster_2x8(h100) -> cm.Cluster:
+  """Two nodes of eight H100."""
+  return cm.Cluster(h100, gpus_per_node=8, nodes=2)
+
+
+@pytest.fixture(scope="session")
+def grpo_job() -> cm.RLJob:
+  """A small GRPO job on Qwen2.5-1.5B (fast to estimate)."""
+  return cm.RLJob("grpo", cm.models.get("qwen2.5-1.5b"), prompts_per_step=64.0,
+                  samples_per_prompt=8.0, prompt_len=512.0,
+                  response=cm.ResponseLength.from_mean_max(1000.0, 4096.0))
+
+
+@pytest.fixture(scope="session")
+def ppo_job() -> cm.RLJob:
+  """A small PPO job (actor, critic, reference) on Qwen2.5-1.5B."""
+  return cm.RLJob("ppo", cm.models.get("qwen2.5-1.5b"), prompts_per_step=64.0,
+                  samples_per_prompt=4.0, prompt_len=512.0,
+                  response=cm.ResponseLength.from_mean_max(1000.0, 4096.0))

@@ -1,0 +1,111 @@
+"""The public surface: exported names, their docstrings, hardware presets."""
+
+import importlib
+import inspect
+
+import pytest
+
+import costmodel as cm
+
+PACKAGES = ("costmodel", "costmodel.models", "costmodel.hardware", "search")
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_exported_name_imports_and_is_documented(package):
+  module = importlib.import_module(package)
+  assert (module.__doc__ or "").strip(), f"{package} has no module docstring"
+  names = getattr(module, "__all__", None)
+  assert names, f"{package} must set a non-empty __all__"
+  assert len(set(names)) == len(names), f"{package}.__all__ repeats a name"
+  for name in names:
+    obj = getattr(module, name)  # AttributeError if it does not import
+    doc = inspect.getdoc(obj) or ""
+    assert doc.strip(), f"{package}.{name} has no docstring"
+    # `from package import name` works too.
+    namespace = {}
+    exec(f"from {package} import {name}", namespace)  # pylint: disable=exec-used
+    assert namespace[name] is obj
+
+
+def test_costmodel_exports_the_documented_api():
+  for name in ("estimate", "validate_plan", "Plan", "Pool", "RolePlan", "Mode", "Parallel",
+               "Engine", "RLJob", "ResponseLength", "Cluster", "Hardware", "Efficiency",
+               "Estimate", "ModelSpec", "roofline", "collective_time", "hardware", "models"):
+    assert name in cm.__all__, name
+
+
+REQUIRED_HARDWARE = ("A100-80GB", "H100", "H800", "H20", "H200", "B200", "GB200", "MI300X")
+
+# Dense BF16 peak (TFLOP/s) and HBM bandwidth (TB/s) from the project's hardware
+# reference (vendor datasheets via llm-analysis, Calculon, GenZ; section 1).
+PUBLISHED = {
+    "A100-80GB": (312.0, 2.039),
+    "H100": (989.0, 3.35),
+    "H800": (989.0, 3.35),
+    "H200": (989.0, 4.8),
+    "B200": (2250.0, 8.0),
+    "GB200": (2500.0, 8.0),
+    "MI300X": (1307.4, 5.3),
+    "H20": (148.0, 4.0),  # unverified figures, kept as given
+}
+
+
+def test_required_hardware_presets_exist():
+  names = cm.hardware.names()
+  for name in REQUIRED_HARDWARE:
+    assert name in names, name
+
+
+@pytest.mark.parametrize("name", REQUIRED_HARDWARE)
+def test_hardware_preset_figures(name):
+  hw = cm.hardware.get(name)
+  assert isinstance(hw, cm.Hardware) and hw.name == name
+  peak_tf, hbm_tb = PUBLISHED[name]
+  assert hw.peak_flops_per_s == pytest.approx(peak_tf * 1e12, rel=1e-6)
+  assert hw.hbm_bandwidth_bytes_per_s == pytest.approx(hbm_tb * 1e12, rel=1e-6)
+  for field in ("peak_flops_per_s", "peak_fp8_flops_per_s", "hbm_bytes",
+                "hbm_bandwidth_bytes_per_s", "scaleup_bandwidth_bytes_per_s",
+                "scaleup_latency_s", "scaleout_bandwidth_bytes_per_s", "scaleout_latency_s",
+                "host_bandwidth_bytes_per_s"):
+    assert getattr(hw, field) > 0, field
+  for field in ("matmul_efficiency_max", "hbm_efficiency_max", "scaleup_efficiency",
+                "scaleout_efficiency"):
+    assert 0 < getattr(hw, field) <= 1, field
+  # FP8 is at least BF16 (equal where there is no FP8); NVLink beats the NIC.
+  assert hw.peak_fp8_flops_per_s >= hw.peak_flops_per_s
+  assert hw.scaleup_bandwidth_bytes_per_s > hw.scaleout_bandwidth_bytes_per_s
+  # Capacities between 80 and 192 GB-class parts.
+  assert 79 * 2**30 <= hw.hbm_bytes <= 193 * 2**30
+
+
+def test_hardware_capacities_and_links_as_published():
+  gib = 2**30
+  assert cm.hardware.get("H100").hbm_bytes == 80 * gib
+  assert cm.hardware.get("H200").hbm_bytes == 141 * gib
+  assert cm.hardware.get("MI300X").hbm_bytes == 192 * gib
+  # NVLink per direction: 300 (A100), 450 (H100), 200 (H800), 900 (B200) GB/s.
+  for name, gbs in (("A100-80GB", 300), ("H100", 450), ("H800", 200), ("B200", 900)):
+    assert cm.hardware.get(name).scaleup_bandwidth_bytes_per_s == pytest.approx(gbs * 1e9)
+  # FP8 dense doubles BF16 on Hopper and Blackwell (1,979 vs 989 as published).
+  for name in ("H100", "H200", "B200", "GB200"):
+    hw = cm.hardware.get(name)
+    assert hw.peak_fp8_flops_per_s == pytest.approx(2 * hw.peak_flops_per_s, rel=1e-3)
+
+
+def test_hardware_lookup_is_case_insensitive():
+  assert cm.hardware.get("h100").name == "H100"
+  assert cm.hardware.get("mi300x").name == "MI300X"
+
+
+def test_unknown_hardware_lists_the_known_names():
+  with pytest.raises(ValueError, match=r"unknown hardware name='TPUv9'") as info:
+    cm.hardware.get("TPUv9")
+  for name in REQUIRED_HARDWARE:
+    assert name in str(info.value)
+  with pytest.raises(ValueError, match=r"name=3 must be a string"):
+    cm.hardware.get(3)
+
+
+def test_hardware_derived_ridge_point():
+  # H100: 989 TF / 3.35 TB/s ~ 295 FLOP/B (reference section 3.6).
+  assert cm.hardware.get("H100").ridge_flops_per_byte == pytest.approx(295.2, rel=1e-3)
