@@ -1,0 +1,170 @@
+"""Predictions against published measurements, with stated tolerances.
+
+Every case is a row of the packaged tables (``costmodel/data``) predicted with
+the default efficiency parameters. Tolerances per group:
+
+========================================== ============== =====================
+rows                                       metric         tolerance
+========================================== ============== =====================
+Korthikanti et al. iteration time (21-28)  s / iteration  10% each
+Megatron-LM / Narayanan et al. (1-10)      TFLOP/s / GPU  10% each
+Korthikanti activation memory (30-33)      GiB            1% each
+GEMM and GEMV kernels (75-84)              TFLOP/s, GB/s  15% each, median 10%
+decode, batch 1 (44, 46)                   ms / token     20% each
+NCCL collectives (85, 86, 90)              ms, GB/s       15% each
+RL steps (feasible in the model)           s              median below 31%
+========================================== ============== =====================
+
+Prefill rows (43, 45) are reported, not asserted: FasterTransformer's
+batch-1 prefill runs below the model's GEMM efficiency at 512 tokens.
+"""
+
+import numpy as np
+import pytest
+
+import costmodel as cm
+from costmodel import validation
+
+KORTHIKANTI = {f"training_inference:{i}" for i in range(21, 29)}
+MEGATRON = {f"training_inference:{i}" for i in range(1, 11)}
+ACTIVATIONS = {f"training_inference:{i}" for i in range(30, 34)}
+KERNELS = {f"training_inference:{i}" for i in range(75, 85)}
+DECODE_BATCH1 = {"training_inference:44", "training_inference:46"}
+PREFILL = {"training_inference:43", "training_inference:45"}
+COLLECTIVES = {"training_inference:85", "training_inference:86", "training_inference:90"}
+
+# RL runs the model predicts not to fit: DeepSpeed-Chat OPT-30B and OPT-66B
+# on 8 A100 and OPT-175B on 64 A100 (the colocated engine plus the resident
+# actor, critic, reference and reward states exceed 80 GB per GPU).
+RL_INFEASIBLE = {"rl:103", "rl:104", "rl:110"}
+# Median absolute error of the other RL step rows, measured at 29.2% with
+# the default efficiency parameters (19 rows); asserted with a small margin.
+RL_STEP_MEDIAN_BOUND = 0.31
+
+
+@pytest.fixture(scope="module")
+def rows():
+  """Every non-RL case, predicted once."""
+  return validation.evaluate(
+      validation.cases(["training", "memory", "kernel", "decode", "collective"]))
+
+
+@pytest.fixture(scope="module")
+def rl_step():
+  """RL step rows and each run's feasibility, each run estimated once."""
+  step_rows = validation.evaluate(validation.cases(["rl_step"]))
+  feasible = {}
+  for run in validation.rl_runs():
+    est = cm.estimate(run.job, run.plan, run.cluster)
+    feasible[run.row_ids[0]] = (bool(est.feasible), float(est.step_time_s) * run.scale)
+  return step_rows, feasible
+
+
+def _select(rows, ids, group=None):
+  out = [r for r in rows if r.row_id in ids and (group is None or r.group == group)]
+  assert {r.row_id for r in out} == ids, "a validation case is missing"
+  return out
+
+
+def _errors(rows):
+  return {f"{r.row_id} {r.label}": r.error for r in rows}
+
+
+def _assert_within(rows, tolerance):
+  bad = {k: f"{e:+.1%}" for k, e in _errors(rows).items() if abs(e) > tolerance}
+  assert not bad, f"rows outside {tolerance:.0%}: {bad}"
+
+
+# ----- training --------------------------------------------------------------
+
+
+def test_korthikanti_iteration_times_within_10_percent(rows):
+  selected = _select(rows, KORTHIKANTI, "training")
+  assert len(selected) == 8
+  _assert_within(selected, 0.10)
+
+
+def test_megatron_tflops_per_gpu_within_10_percent(rows):
+  selected = _select(rows, MEGATRON, "training")
+  assert len(selected) == 10
+  assert all(r.unit == "TFLOP/s/GPU" for r in selected)
+  _assert_within(selected, 0.10)
+
+
+def test_megatron_flop_convention_counts_full_recompute():
+  # Narayanan et al. eq. (3): 96 B s l h^2 (1 + s / 6h + V / 16 l h), i.e.
+  # 4 forward passes (fwd + bwd + recompute) of 24 B s l h^2 each, plus the
+  # attention and LM-head terms. GPT-3 175B at batch 1,536: ~4.5e18 FLOP.
+  from costmodel._src.validation import cases as cases_lib  # pylint: disable=g-import-not-at-top
+  b, s, nl, h, v = 1536, 2048, 96, 12288, 51200
+  expected = 96.0 * b * s * nl * h**2 * (1 + s / (6 * h) + v / (16 * nl * h))
+  assert cases_lib.megatron_flops(b, s, nl, h, v) == pytest.approx(expected, rel=1e-12)
+  assert expected == pytest.approx(4.5e18, rel=0.05)
+
+
+def test_activation_memory_within_1_percent(rows):
+  selected = _select(rows, ACTIVATIONS, "memory")
+  assert len(selected) == 8  # no recompute and SP + selective, four models
+  _assert_within(selected, 0.01)
+
+
+# ----- kernels, decode, collectives ------------------------------------------
+
+
+def test_gemm_rows_within_15_percent_and_median_10_percent(rows):
+  selected = _select(rows, KERNELS, "kernel")
+  assert len(selected) == 10
+  _assert_within(selected, 0.15)
+  assert float(np.median([abs(r.error) for r in selected])) <= 0.10
+
+
+def test_decode_rows(rows):
+  selected = [r for r in rows if r.group == "decode"]
+  assert {r.row_id for r in selected} == DECODE_BATCH1 | PREFILL
+  print("\n" + validation.markdown(selected))
+  assert all(np.isfinite(r.predicted) and r.predicted > 0 for r in selected)
+  _assert_within([r for r in selected if r.row_id in DECODE_BATCH1], 0.20)
+  # TP 2 halves the weight reads: faster than TP 1, as measured.
+  by_id = {r.row_id: r for r in selected}
+  assert by_id["training_inference:46"].predicted < by_id["training_inference:44"].predicted
+
+
+def test_collective_rows_within_15_percent(rows):
+  selected = _select(rows, COLLECTIVES, "collective")
+  _assert_within(selected, 0.15)
+
+
+def test_summary_matches_the_rows(rows):
+  summary = validation.summary(rows)
+  for group in ("training", "memory", "kernel", "decode", "collective"):
+    errors = np.abs([r.error for r in rows if r.group == group])
+    assert summary[group]["n"] == errors.size
+    assert summary[group]["median"] == pytest.approx(float(np.median(errors)))
+    assert summary[group]["worst"] == pytest.approx(float(errors.max()))
+  assert summary["training"]["median"] < 0.10
+
+
+# ----- RL post-training steps --------------------------------------------------
+
+
+def test_rl_rows_left_out_are_exactly_the_infeasible_runs(rl_step):
+  step_rows, feasible = rl_step
+  assert {r.row_id for r in step_rows} == set(feasible)
+  infeasible = {rid for rid, (ok, _) in feasible.items() if not ok}
+  assert infeasible == RL_INFEASIBLE
+
+
+def test_rl_step_cases_predict_the_estimate(rl_step):
+  step_rows, feasible = rl_step
+  for r in step_rows:
+    assert r.predicted == pytest.approx(feasible[r.row_id][1], rel=1e-6), r.label
+
+
+def test_rl_step_median_error(rl_step):
+  step_rows, feasible = rl_step
+  kept = [r for r in step_rows if feasible[r.row_id][0]]
+  assert len(kept) == len(step_rows) - len(RL_INFEASIBLE) == 19
+  summary = validation.summary(kept)["rl_step"]
+  print("\n" + validation.markdown(kept))
+  assert summary["median"] < RL_STEP_MEDIAN_BOUND
+  assert all(np.isfinite(r.predicted) and r.predicted > 0 for r in kept)
