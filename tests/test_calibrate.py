@@ -35,7 +35,7 @@ def test_calibration_recovers_known_parameters_and_reduces_error():
   fit, held = cm.split_cases(cases, holdout_fraction=0.3, seed=0)
   result = cm.calibrate(fit, held, fields=("attention_efficiency", "matmul_half_rows",
                                            "memory_half_time_s", "link_efficiency"),
-                        steps=250, learning_rate=0.05, prior=0.0)
+                        steps=150, learning_rate=0.08, prior=0.0)
   before = np.median([abs(r.error_before) for r in result.rows if not r.fitted])
   after = np.median([abs(r.error_after) for r in result.rows if not r.fitted])
   assert after < 0.25 * before

@@ -333,18 +333,19 @@ def test_sync_falls_with_more_nics(eight_nodes):
   model = cm.models.get("llama-3.1-70b")
   gpus = (8.0, 16.0, 32.0)
   costs = [_disaggregated_sync(model, eight_nodes, g) for g in gpus]
-  assert all(float(a.time_s) > float(b.time_s) for a, b in itertools.pairwise(costs))
+  assert all(float(a.time_s) >= float(b.time_s) for a, b in itertools.pairwise(costs))
   # By hand: Psi bytes cross min(senders, receivers) NICs (every FSDP rank
-  # sends), then the engine replicas (TP 8: one per 8 GPUs) broadcast their
-  # shards to one another.
+  # sends), and each generation GPU receives its TP-8 engine shard through its
+  # own NIC; the slower of the two sets the time.
   hw = eight_nodes.accelerator
   nic = hw.scaleout_bandwidth_bytes_per_s * hw.scaleout_efficiency
   total_bytes = model.total_params * 2.0
   for g, c in zip(gpus, costs, strict=True):
-    fan_out = cm.collective_time("broadcast", total_bytes / 8.0, g / 8.0,
-                                 eight_nodes.scaleup_domain, hw, EFF)
-    expected = total_bytes / (g * nic) + hw.scaleout_latency_s + float(fan_out)
+    expected = max(total_bytes / (g * nic), total_bytes / 8.0 / nic) + hw.scaleout_latency_s
     assert float(c.comm_s) == pytest.approx(expected, rel=1e-5)
+  # Fewer senders than receivers: the cross-network part dominates and falls.
+  small = [_disaggregated_sync(model, eight_nodes, g) for g in (2.0, 4.0)]
+  assert float(small[0].time_s) > float(small[1].time_s)
 
 
 def test_many_expert_tensors_make_moe_sync_slower_than_dense(eight_nodes):

@@ -192,9 +192,6 @@ def test_fuse_inference_never_lengthens_the_step(ppo_7b, cluster_2x8, placement)
     assert b[name] == pytest.approx(a[name], rel=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "step.py fuse_inference hides up to 0.5 * tail_s from EACH inference stage "
-    "independently, so several stages together hide more than the tail window"))
 def test_fuse_inference_hides_at_most_the_tail_window(ppo_7b, cluster_2x8):
   # The inference stages of finished samples overlap the generation tail; one
   # tail window (the code's 0.5 * tail time) is shared by all of them.
@@ -274,10 +271,6 @@ def test_feasible_plan_has_no_violations(grpo_job, cluster_2x8):
   assert "INFEASIBLE" not in est.summary()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "step.py counts the resident training bytes twice for the 'switch' stage: "
-    "once in sync.switch's Memory.weights and again as other roles' resident "
-    "bytes in the per-stage memory loop"))
 def test_switch_holds_the_resident_training_bytes_once(h100):
   # Llama-3.1-8B, ZeRO-1 over 8 GPUs, no offload: actor weights (15 GiB),
   # its Adam shard (11 GiB) and the reference weights (15 GiB) stay resident:

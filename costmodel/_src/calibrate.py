@@ -161,19 +161,34 @@ def calibrate(fit: Sequence[Case], held_out: Sequence[Case] = (),
   def make(z):
     return dataclasses.replace(eff0, **{f: _from_z(f, z[f]) for f in fields})
 
-  def loss_fn(z):
+  # One jitted loss per source row (the cases of one run share its estimate),
+  # summed in Python: many small programs compile far faster than one huge one.
+  groups: dict[str, list[int]] = {}
+  for i, c in enumerate(fit):
+    groups.setdefault(c.row_id, []).append(i)
+  n_fit = float(len(fit))
+
+  def group_loss(z, idx):
     eff = make(z)
-    preds = jnp.stack([jnp.asarray(c.predict(eff), float) for c in fit])
-    data = jnp.mean((jnp.log(jnp.maximum(preds, 1e-12)) - targets) ** 2)
-    reg = sum(jnp.sum((z[f] - z0[f]) ** 2) for f in fields)
-    return data + prior * reg
+    preds = jnp.stack([jnp.asarray(fit[i].predict(eff), float) for i in idx])
+    err = jnp.log(jnp.maximum(preds, 1e-12)) - targets[jnp.asarray(idx)]
+    return jnp.sum(err**2) / n_fit
 
-  opt = optax.adam(learning_rate)
+  group_fns = [jax.jit(jax.value_and_grad(lambda z, idx=tuple(idx): group_loss(z, list(idx))))
+               for idx in groups.values()]
+  prior_fn = jax.jit(jax.value_and_grad(
+      lambda z: prior * sum(jnp.sum((z[f] - z0[f]) ** 2) for f in fields)))
 
-  @jax.jit
+  opt = optax.chain(optax.zero_nans(), optax.clip_by_global_norm(1.0),
+                    optax.adam(learning_rate))
+
   def step(z, state):
-    loss, g = jax.value_and_grad(loss_fn)(z)
-    updates, state = opt.update(g, state, z)
+    loss, grad = prior_fn(z)
+    for fn in group_fns:
+      l_g, g_g = fn(z)
+      loss = loss + l_g
+      grad = jax.tree_util.tree_map(jnp.add, grad, g_g)
+    updates, state = opt.update(grad, state, z)
     return optax.apply_updates(z, updates), state, loss
 
   z = dict(z0)

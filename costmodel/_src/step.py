@@ -161,7 +161,7 @@ def estimate(job: RLJob, plan: plan_lib.Plan, cluster: Cluster,
     if name == "generate":
       others = sum((resident[r.role] for r in colocated), jnp.zeros(()))
       m = m._replace(optimizer=m.optimizer + others)
-    elif pool != "cpu":
+    elif pool != "cpu" and name != "switch":  # the switch holds them already
       own = {"actor_update": "actor", "critic_update": "critic", "old_log_prob": "actor",
              "values": "critic", "reference": "reference", "reward": "reward",
              "weight_sync": "actor", "switch": None}.get(name)
@@ -175,10 +175,14 @@ def estimate(job: RLJob, plan: plan_lib.Plan, cluster: Cluster,
   # Schedule.
   durations = {n: costs[n].time_s for n in order}
   if mode.fuse_inference:
+    # Inference of finished samples runs in the idle half of the tail: one
+    # window of 0.5 * tail shared by every stage that only needs the rollouts.
+    remaining = 0.5 * tail_s
     for st in graph:
       if st.deps == ("generate",) and st.kind in ("infer", "cpu"):
-        hidden = smooth.smin(durations[st.name], 0.5 * tail_s + 1e-9, tau)
+        hidden = smooth.smin(durations[st.name], remaining + 1e-9, tau)
         durations[st.name] = durations[st.name] - hidden
+        remaining = jnp.maximum(remaining - hidden, 0.0)
   end: dict[str, jax.Array] = {}
   start: dict[str, jax.Array] = {}
   free = {p: jnp.zeros(()) for p in list(gpus) + ["cpu"]}

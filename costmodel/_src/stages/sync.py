@@ -7,8 +7,10 @@ Sync (Megatron/FSDP shards -> engine TP shards):
   from the training shards inside the pool: an all-gather over the training
   shard group, on the scale-up link while the group fits in a domain;
 * disaggregated: the whole model crosses the network from the training pool
-  to the generation pool: ``Psi * bytes`` split over ``min(senders,
-  receivers)`` NICs, then each engine replica receives its shards.
+  to the generation pool, ``Psi * bytes`` split over ``min(senders,
+  receivers)`` NICs, and each generation GPU receives its engine shard
+  (``Psi * bytes / (tp_g pp_g)``) through its own NIC:
+  ``max(Psi b / (links * B_nic), Psi b / (tp_g pp_g B_nic))``.
 
 Both pay a per-tensor software cost (bucketing, dtype and layout conversion,
 one NCCL call per tensor: the reason a 30B MoE with ~18k expert tensors syncs
@@ -24,6 +26,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from costmodel._src import collectives
+from costmodel._src import smooth
 from costmodel._src.cluster import Cluster
 from costmodel._src.efficiency import Efficiency
 from costmodel._src.job import RLJob
@@ -64,12 +67,10 @@ def weight_sync(model: ModelSpec, job: RLJob, train_layout: Parallel, train_gpus
                                      train_gpus / train_model_parallel)
     links = jnp.minimum(senders, gen_gpus)
     nic = hw.scaleout_bandwidth_bytes_per_s * hw.scaleout_efficiency * eff.link_efficiency
-    cross_s = total_bytes / (links * nic) + hw.scaleout_latency_s
-    # Inside the generation pool every replica needs the full model.
-    fan_out = collectives.collective_time("broadcast", engine_shard,
-                                          gen_gpus / (engine.tp * engine.pp),
-                                          cluster.scaleup_domain, hw, eff, tau)
-    move_s = cross_s + fan_out
+    # The model crosses over min(senders, receivers) NICs, and every
+    # generation GPU receives its engine shard through its own NIC.
+    move_s = smooth.smax(total_bytes / (links * nic), engine_shard / nic, tau) + \
+        hw.scaleout_latency_s
   per_tensor = model.n_tensors * eff.sync_per_tensor_s
   overhead = eff.sync_overhead_s + per_tensor
   memory = common.Memory.zeros()._replace(weights=engine_shard)

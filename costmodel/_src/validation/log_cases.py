@@ -56,7 +56,7 @@ def verl_log_cases(log: str | os.PathLike | Sequence[measurements.StageTimes], j
   cases = []
   for stage, value in medians.items():
     if stage == "step":
-      cases.append(Case("log:step", "rl_step", "step", value, "s",
+      cases.append(Case("log", "rl_step", "step", value, "s",
                         lambda eff: shared_estimate(job, plan, cluster, eff).step_time_s))
     elif stage in mapping and value > 0:
       names = mapping[stage]
@@ -64,7 +64,7 @@ def verl_log_cases(log: str | os.PathLike | Sequence[measurements.StageTimes], j
       def fn(eff: Efficiency, names=names):
         return _sum_stages(shared_estimate(job, plan, cluster, eff), names)
 
-      cases.append(Case(f"log:{stage}", "rl_stage", stage, value, "s", fn))
+      cases.append(Case("log", "rl_stage", stage, value, "s", fn))
   if not cases:
     raise ValueError(f"verl_log_cases: the log has none of the stages {sorted(mapping)} "
                      "or 'step'")
