@@ -1,0 +1,273 @@
+"""Baselines for the layout search: exhaustive enumeration, random search and
+simulated annealing, all on the exact model over a family's discrete space.
+
+Exhaustive enumeration walks the valid space block by block: for every
+combination of pool sizes, each block of variables (one role's layout, the
+engine) is enumerated and filtered on its own, and the product of the valid
+blocks is decoded chunk by chunk (mixed radix), so memory stays bounded by
+the chunk size whatever the size of the space. Each chunk is scored by one
+jitted, vmapped call; a running top-k is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import time
+
+import numpy as np
+
+import costmodel as cm
+from search._src import evaluate
+from search._src import rounding
+from search._src import space as space_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class BaselineResult:
+  """Best plans a baseline found.
+
+  Attributes:
+    method: ``enumerate``, ``random`` or ``annealing``.
+    family: The family searched.
+    best_plan: The fastest feasible plan (None when none was found).
+    best_estimate: Its exact estimate.
+    best_step_time_s: Its step time (inf when none was found).
+    top: Up to ``top_k`` (plan, estimate), fastest first.
+    evaluations: Exact evaluations.
+    space_size: Valid plans in the space (enumeration), else 0.
+    wall_time_s: Wall time, compilation included.
+  """
+
+  method: str
+  family: str
+  best_plan: cm.Plan | None
+  best_estimate: cm.Estimate | None
+  best_step_time_s: float
+  top: tuple
+  evaluations: int
+  space_size: int
+  wall_time_s: float
+
+
+class _Blocks:
+  """The valid space of a family as pool combinations x valid block rows."""
+
+  def __init__(self, fs: space_lib.FamilySpace):
+    self.fs = fs
+    blocks = fs.blocks
+    self.pool_idx = dict(blocks)["pools"]
+    self.other = [(name, idx) for name, idx in blocks if name != "pools"]
+    pool_opts = [fs.vars[j].options for j in self.pool_idx]
+    combos = np.asarray(list(itertools.product(*pool_opts)), np.float64)
+    combos = combos[combos.sum(-1) <= fs.cluster.n_gpus + 1e-9]
+    self.pools = []
+    self.rows = []
+    for combo in combos:
+      rows = []
+      for name, idx in self.other:
+        grid = np.asarray(list(itertools.product(*[fs.vars[j].options for j in idx])),
+                          np.float64)
+        full = np.zeros((len(grid), len(fs.vars)))
+        full[:, list(self.pool_idx)] = combo
+        full[:, list(idx)] = grid
+        rows.append(grid[fs.valid(full, blocks=(name,))])
+      if all(len(r) for r in rows):
+        self.pools.append(combo)
+        self.rows.append(rows)
+    self.counts = np.asarray([math.prod(len(r) for r in rows) for rows in self.rows],
+                             dtype=np.float64)
+
+  @property
+  def size(self) -> int:
+    return int(self.counts.sum())
+
+  def decode(self, p: int, start: int, stop: int) -> np.ndarray:
+    """Rows ``start:stop`` of pool combination ``p``'s product."""
+    rows = self.rows[p]
+    k = np.arange(start, stop, dtype=np.int64)
+    out = np.zeros((len(k), len(self.fs.vars)))
+    out[:, list(self.pool_idx)] = self.pools[p]
+    for (_, idx), r in zip(reversed(self.other), reversed(rows)):
+      k, digit = np.divmod(k, len(r))
+      out[:, list(idx)] = r[digit]
+    return out
+
+  def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` plans drawn uniformly from the valid space."""
+    p = rng.choice(len(self.pools), size=n, p=self.counts / self.counts.sum())
+    out = np.zeros((n, len(self.fs.vars)))
+    for q in np.unique(p):
+      sel = np.flatnonzero(p == q)
+      out[np.ix_(sel, list(self.pool_idx))] = self.pools[q]
+      for (_, idx), r in zip(self.other, self.rows[q]):
+        out[np.ix_(sel, list(idx))] = r[rng.integers(0, len(r), size=len(sel))]
+    return out
+
+
+class _TopK:
+  """Running top-k of scored rows by the rounding objective."""
+
+  def __init__(self, k: int):
+    self.k = k
+    self.ranked = None
+
+  def add(self, values, scores: evaluate.Scores):
+    obj = rounding.objective(scores.step_time_s, scores.feasible, scores.excess)
+    take = np.argsort(obj, kind="stable")[:self.k]
+    new = rounding.Ranked(values[take], scores.step_time_s[take], scores.feasible[take],
+                          scores.excess[take])
+    if self.ranked is None:
+      merged = new
+    else:
+      merged = rounding.Ranked(*(np.concatenate([a, b], 0) for a, b in zip(self.ranked, new)))
+    obj = merged.objective
+    order = np.argsort(obj, kind="stable")
+    merged = rounding.Ranked(*(a[order] for a in merged))
+    _, first = np.unique(merged.values, axis=0, return_index=True)
+    first = np.sort(first)[:self.k]
+    self.ranked = rounding.Ranked(*(a[first] for a in merged))
+
+
+def _result(method, fs, ev, top: _TopK, size, t0, top_k) -> BaselineResult:
+  r = top.ranked
+  plans = []
+  if r is not None and r.feasible.any():
+    rows = np.flatnonzero(r.feasible)[:top_k]
+    ests = ev.estimates(r.values[rows])
+    for i, est in zip(rows, ests):
+      plan = fs.to_plan(np.asarray(r.values[i], np.float64))
+      cm.validate_plan(plan, fs.job, fs.cluster)
+      plans.append((plan, est))
+  best = plans[0] if plans else (None, None)
+  return BaselineResult(method=method, family=fs.family, best_plan=best[0],
+                        best_estimate=best[1],
+                        best_step_time_s=float(best[1].step_time_s) if plans else np.inf,
+                        top=tuple(plans), evaluations=ev.count, space_size=size,
+                        wall_time_s=time.perf_counter() - t0)
+
+
+def _family_space(job, cluster, family, space) -> space_lib.FamilySpace:
+  fs = space_lib.build(family, job, cluster, space)
+  if fs is None:
+    raise ValueError(f"family={family!r} cannot hold the job on {cluster.n_gpus} GPUs")
+  return fs
+
+
+def space_size(job: cm.RLJob, cluster: cm.Cluster, family: str,
+               space: space_lib.SpaceOptions | None = None) -> int:
+  """Number of valid discrete plans of ``family`` (what enumeration scores)."""
+  return _Blocks(_family_space(job, cluster, family, space)).size
+
+
+def enumerate_plans(job: cm.RLJob, cluster: cm.Cluster, family: str,
+                    space: space_lib.SpaceOptions | None = None, chunk_size: int = 65536,
+                    top_k: int = 5, efficiency: cm.Efficiency | None = None,
+                    max_plans: int | None = None) -> BaselineResult:
+  """Scores every valid discrete plan of ``family`` exactly; keeps the top-k.
+
+  Args:
+    job: The RL job.
+    cluster: The cluster.
+    family: The placement family.
+    space: Discrete options (defaults if None; see ``SpaceOptions.compact``
+      for a space small enough to enumerate).
+    chunk_size: Plans per compiled call (memory is bounded by it).
+    top_k: Plans to keep.
+    efficiency: Efficiency parameters.
+    max_plans: Refuse spaces with more valid plans than this.
+
+  Raises:
+    ValueError: when the space holds more than ``max_plans`` plans, or the
+      family cannot hold the job.
+  """
+  t0 = time.perf_counter()
+  fs = _family_space(job, cluster, family, space)
+  blocks = _Blocks(fs)
+  size = blocks.size
+  if max_plans is not None and size > max_plans:
+    raise ValueError(f"enumerate_plans: family {family!r} has {size:,} valid plans, more "
+                     f"than max_plans={max_plans:,}")
+  ev = evaluate.Evaluator(fs, efficiency, chunk=chunk_size)
+  top = _TopK(top_k)
+  buf, n_buf = [], 0
+  for p, count in enumerate(blocks.counts.astype(np.int64)):
+    for start in range(0, int(count), chunk_size):
+      rows = blocks.decode(p, start, min(start + chunk_size, int(count)))
+      buf.append(rows)
+      n_buf += len(rows)
+      while n_buf >= chunk_size:
+        allrows = np.concatenate(buf, 0)
+        top.add(allrows[:chunk_size], ev.scores(allrows[:chunk_size]))
+        buf, n_buf = [allrows[chunk_size:]], len(allrows) - chunk_size
+  if n_buf:
+    allrows = np.concatenate(buf, 0)
+    top.add(allrows, ev.scores(allrows))
+  return _result("enumerate", fs, ev, top, size, t0, top_k)
+
+
+def random_search(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_s: float,
+                  seed: int = 0, space: space_lib.SpaceOptions | None = None,
+                  batch: int = 4096, top_k: int = 5,
+                  efficiency: cm.Efficiency | None = None) -> BaselineResult:
+  """Uniform samples of the valid space scored exactly until ``budget_s``
+  seconds have passed (at least one batch)."""
+  t0 = time.perf_counter()
+  fs = _family_space(job, cluster, family, space)
+  blocks = _Blocks(fs)
+  rng = np.random.default_rng(seed)
+  ev = evaluate.Evaluator(fs, efficiency, chunk=batch)
+  top = _TopK(top_k)
+  while True:
+    rows = blocks.sample(rng, batch)
+    top.add(rows, ev.scores(rows))
+    if time.perf_counter() - t0 >= budget_s:
+      break
+  return _result("random", fs, ev, top, 0, t0, top_k)
+
+
+def simulated_annealing(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_s: float,
+                        seed: int = 0, space: space_lib.SpaceOptions | None = None,
+                        chains: int = 1024, t_start: float = 0.1, t_end: float = 0.002,
+                        top_k: int = 5,
+                        efficiency: cm.Efficiency | None = None) -> BaselineResult:
+  """Batched simulated annealing on the exact model until ``budget_s``.
+
+  ``chains`` independent chains start from uniform samples; each iteration
+  proposes one random neighbour per chain (one variable moved by one option,
+  or GPUs moved between pools) and accepts it with probability
+  ``min(1, exp(-(log t_new - log t_old) / T))``; ``T`` falls geometrically
+  from ``t_start`` to ``t_end`` over the time budget.
+  """
+  t0 = time.perf_counter()
+  fs = _family_space(job, cluster, family, space)
+  blocks = _Blocks(fs)
+  rng = np.random.default_rng(seed)
+  ev = evaluate.Evaluator(fs, efficiency, chunk=chains)
+  top = _TopK(top_k)
+  cur = blocks.sample(rng, chains)
+  s = ev.scores(cur)
+  top.add(cur, s)
+  cur_o = np.log(rounding.objective(s.step_time_s, s.feasible, s.excess))
+  while time.perf_counter() - t0 < budget_s:
+    frac = min((time.perf_counter() - t0) / max(budget_s, 1e-9), 1.0)
+    temp = t_start * (t_end / t_start) ** frac
+    nbs, own = rounding.neighbours(fs, cur)
+    if len(nbs) == 0:
+      break
+    # One uniformly chosen neighbour per chain (chains without one stay).
+    keys = rng.uniform(size=len(own))
+    order = np.lexsort((keys, own))
+    first = order[np.unique(own[order], return_index=True)[1]]
+    prop = cur.copy()
+    has = np.zeros(chains, bool)
+    prop[own[first]] = nbs[first]
+    has[own[first]] = True
+    s = ev.scores(prop)
+    top.add(prop, s)
+    new_o = np.log(rounding.objective(s.step_time_s, s.feasible, s.excess))
+    accept = has & (rng.uniform(size=chains) < np.exp(-(new_o - cur_o) / temp))
+    cur[accept] = prop[accept]
+    cur_o[accept] = new_o[accept]
+  return _result("annealing", fs, ev, top, 0, t0, top_k)

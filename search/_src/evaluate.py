@@ -1,0 +1,124 @@
+"""Exact, batched evaluation of discrete plans.
+
+One jitted, vmapped function per family structure evaluates a fixed-size chunk
+of value vectors with the exact model (``tau = 0``); larger batches are cut
+into chunks (the last one padded) so memory stays bounded and nothing
+recompiles. The job, cluster and efficiency parameters are arguments, so jobs
+that differ only in numbers (lengths, batch sizes, hardware figures) share the
+compiled code.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import costmodel as cm
+from search._src import space as space_lib
+
+DEFAULT_CHUNK = 2048
+
+
+class Scores(NamedTuple):
+  """Exact results of a batch of plans (numpy).
+
+  Attributes:
+    step_time_s: Step time.
+    feasible: ``Estimate.feasible``.
+    excess: Memory excess relative to the limits (0 when every stage fits).
+  """
+
+  step_time_s: np.ndarray
+  feasible: np.ndarray
+  excess: np.ndarray
+
+
+def _one(structure, job, cluster, eff, v):
+  plan = structure.to_plan(v)
+  est = cm.estimate(job, plan, cluster, eff, tau=0.0)
+  excess = space_lib.memory_excess(structure, v, est, job, cluster)
+  return est, excess
+
+
+@functools.partial(jax.jit, static_argnames=("structure",))
+def _scores(structure, job, cluster, eff, values):
+  est, excess = jax.vmap(lambda v: _one(structure, job, cluster, eff, v))(values)
+  return est.step_time_s, est.feasible, excess
+
+
+@functools.partial(jax.jit, static_argnames=("structure",))
+def _estimates(structure, job, cluster, eff, values):
+  est, _ = jax.vmap(lambda v: _one(structure, job, cluster, eff, v))(values)
+  return est
+
+
+class Evaluator:
+  """Counts and runs exact evaluations of one family's value vectors.
+
+  Args:
+    fs: The family space.
+    efficiency: Efficiency parameters (defaults if None).
+    chunk: Rows per compiled call.
+  """
+
+  def __init__(self, fs: space_lib.FamilySpace, efficiency: cm.Efficiency | None = None,
+               chunk: int = DEFAULT_CHUNK):
+    if not isinstance(chunk, int) or chunk < 1:
+      raise ValueError(f"Evaluator: chunk={chunk!r} must be a positive integer")
+    self.fs = fs
+    self.eff = efficiency if efficiency is not None else cm.Efficiency()
+    self.chunk = chunk
+    self.count = 0
+
+  def scores(self, values: np.ndarray) -> Scores:
+    """Exact step time, feasibility and memory excess of each row."""
+    values = np.asarray(values, dtype=np.float32)
+    n = values.shape[0]
+    out_t = np.empty(n, np.float64)
+    out_f = np.empty(n, bool)
+    out_x = np.empty(n, np.float64)
+    for start in range(0, n, self.chunk):
+      part = values[start:start + self.chunk]
+      m = part.shape[0]
+      if m < self.chunk:
+        part = np.concatenate([part, np.repeat(part[-1:], self.chunk - m, 0)], 0)
+      t, f, x = _scores(self.fs.structure, self.fs.job, self.fs.cluster, self.eff,
+                        jnp.asarray(part))
+      out_t[start:start + m] = np.asarray(t)[:m]
+      out_f[start:start + m] = np.asarray(f)[:m]
+      out_x[start:start + m] = np.asarray(x)[:m]
+    self.count += n
+    bad = ~np.isfinite(out_t)
+    out_t[bad] = np.inf
+    out_f &= ~bad
+    return Scores(out_t, out_f, out_x)
+
+  def estimates(self, values: np.ndarray) -> list[cm.Estimate]:
+    """Full exact :class:`costmodel.Estimate` of each row (few rows)."""
+    values = np.asarray(values, dtype=np.float32)
+    out = []
+    for start in range(0, values.shape[0], self.chunk):
+      part = values[start:start + self.chunk]
+      m = part.shape[0]
+      pad = min(self.chunk, _bucket(m)) - m
+      if pad:
+        part = np.concatenate([part, np.repeat(part[-1:], pad, 0)], 0)
+      est = _estimates(self.fs.structure, self.fs.job, self.fs.cluster, self.eff,
+                       jnp.asarray(part))
+      est = jax.tree_util.tree_map(np.asarray, est)
+      for i in range(m):
+        out.append(jax.tree_util.tree_map(lambda a, i=i: a[i], est))
+    self.count += values.shape[0]
+    return out
+
+
+def _bucket(m: int) -> int:
+  """Rows to compile for a small batch: 8 or a power of two (few shapes)."""
+  b = 8
+  while b < m:
+    b *= 2
+  return b

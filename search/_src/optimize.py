@@ -1,0 +1,212 @@
+"""The layout search: relax, optimise with optax, round, refine, rank.
+
+For each placement family (enumerated, see :mod:`search._src.space`):
+
+1. ``starts`` random starts are optimised together on the relaxed model
+   (:mod:`search._src.relax`: one jitted ``lax.scan`` over Adam steps, starts
+   batched by ``vmap`` and sharded over the devices);
+2. every relaxed solution is rounded to its neighbouring valid discrete plans,
+   which are scored exactly in one batch (:mod:`search._src.rounding`);
+3. the best of them seed a batched discrete local search on the exact model.
+
+The families' plans are then ranked together; the best ``top_k`` feasible
+plans are returned with their exact estimates, next to each family's relaxed
+optimum.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from absl import logging
+import numpy as np
+
+import costmodel as cm
+from search._src import evaluate
+from search._src import relax
+from search._src import rounding
+from search._src import space as space_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchResult:
+  """What :func:`optimize` found.
+
+  Attributes:
+    best_plan: The fastest feasible plan (None when nothing fits).
+    best_estimate: Its exact estimate.
+    family: The placement family of ``best_plan``.
+    top: The ``top_k`` fastest feasible plans as (plan, estimate), fastest
+      first.
+    top_families: The family of each entry of ``top``.
+    relaxed_bound_s: Per family, the best relaxed step time among starts that
+      end (nearly) feasible: the continuous optimum the rounding starts from
+      (NaN when no start ended feasible).
+    best_by_family_s: Per family, the best exact step time found (inf when
+      none fits).
+    history: Per family, the best relaxed step time of the nearly feasible
+      starts at each optimisation step (numpy, inf before any is feasible).
+    wall_time_s: Wall time of the search, compilation included.
+    evaluations: Exact plan evaluations.
+    infeasible_reason: When nothing fits: which stage of the least-bad plan
+      does not fit and by how much; else None.
+  """
+
+  best_plan: cm.Plan | None
+  best_estimate: cm.Estimate | None
+  family: str | None
+  top: tuple
+  top_families: tuple
+  relaxed_bound_s: dict
+  best_by_family_s: dict
+  history: dict
+  wall_time_s: float
+  evaluations: int
+  infeasible_reason: str | None = None
+
+  @property
+  def feasible(self) -> bool:
+    return self.best_plan is not None
+
+
+@dataclasses.dataclass
+class _FamilyRun:
+  fs: space_lib.FamilySpace
+  ev: evaluate.Evaluator
+  ranked: rounding.Ranked
+
+
+def _check_int(name: str, value, low: int) -> None:
+  if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
+    raise ValueError(f"optimize: {name}={value!r} must be an integer >= {low}")
+
+
+def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, seed: int,
+                  cfg: relax.RelaxConfig, seeds: int = 16, corners: int = 32,
+                  chunk: int = evaluate.DEFAULT_CHUNK):
+  """Relaxed optimisation, rounding and local search inside one family.
+
+  Returns:
+    ``(run, relax_output)``: the family's ranked plans and evaluator, and the
+    relaxed phase's output.
+  """
+  rng = np.random.default_rng([seed, space_lib.FAMILIES.index(fs.family)])
+  x0, lo, hi = fs.init_relaxed(rng, starts)
+  out = relax.run(fs, fs.job, fs.cluster, eff, x0, lo, hi, cfg)
+  ev = evaluate.Evaluator(fs, eff, chunk=chunk)
+  cand = rounding.candidates(fs, out.values, rng, corners=corners)
+  ranked = rounding.score(ev, cand)
+  ranked = rounding.local_search(ev, rounding.Ranked(*(a[:seeds] for a in ranked)))
+  return _FamilyRun(fs=fs, ev=ev, ranked=ranked), out
+
+
+def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64,
+             steps: int = 200, seed: int = 0, top_k: int = 5,
+             efficiency: cm.Efficiency | None = None, progress: bool = False,
+             space: space_lib.SpaceOptions | None = None,
+             relax_config: relax.RelaxConfig | None = None) -> SearchResult:
+  """Searches the layout of ``job`` on ``cluster`` that minimises step time.
+
+  Args:
+    job: The RL job.
+    cluster: The cluster.
+    families: Placement families to search (default: every family that
+      applies to the job, see :func:`search.default_families`).
+    starts: Random starts per family, optimised together.
+    steps: Relaxed optimisation steps.
+    seed: Random seed; the same seed gives the same plan.
+    top_k: Plans to return.
+    efficiency: Efficiency parameters of the cost model (defaults if None).
+    progress: Log one line per family (absl logging, INFO).
+    space: The discrete options of each variable (defaults if None).
+    relax_config: Schedules of the relaxed phase (``steps`` overrides its
+      step count).
+
+  Returns:
+    A :class:`SearchResult`. When no plan fits, ``best_plan`` is None and
+    ``infeasible_reason`` names the stage of the least-bad plan that does not
+    fit and by how much.
+
+  Raises:
+    ValueError: for an unknown family or non-positive ``starts``, ``steps``
+      or ``top_k``.
+
+  Example:
+    >>> import costmodel as cm, search
+    >>> job = cm.RLJob("grpo", cm.models.get("qwen2.5-1.5b"))
+    >>> res = search.optimize(job, cm.Cluster("H100", 8, 1), starts=8, steps=50)
+    >>> res.best_estimate.step_time_s  # doctest: +SKIP
+  """
+  t0 = time.perf_counter()
+  _check_int("starts", starts, 1)
+  _check_int("steps", steps, 1)
+  _check_int("top_k", top_k, 1)
+  _check_int("seed", seed, 0)
+  fams = tuple(families) if families is not None else space_lib.default_families(job)
+  for f in fams:
+    if f not in space_lib.FAMILIES:
+      raise ValueError(f"optimize: family={f!r} is not one of {space_lib.FAMILIES}")
+  if not fams:
+    raise ValueError("optimize: families is empty")
+  eff = efficiency if efficiency is not None else cm.Efficiency()
+  cfg = (relax_config or relax.RelaxConfig())._replace(steps=int(steps))
+  runs, history, bound, best_by = [], {}, {}, {}
+  skipped = []
+  for fam in fams:
+    tf = time.perf_counter()
+    fs = space_lib.build(fam, job, cluster, space)
+    if fs is None:
+      skipped.append(fam)
+      continue
+    run, out = search_family(fs, eff, starts, seed, cfg)
+    runs.append(run)
+    history[fam] = out.history_s
+    ok = out.penalty <= cfg.feasible_tol
+    bound[fam] = float(np.min(out.step_time_s[ok])) if ok.any() else float("nan")
+    r = run.ranked
+    best_by[fam] = float(r.step_time_s[0]) if len(r.feasible) and r.feasible[0] else np.inf
+    if progress:
+      logging.info("family %-20s relaxed %8.2f s  rounded %8.2f s  %7d evaluations  %.1f s",
+                   fam, bound[fam], best_by[fam], run.ev.count, time.perf_counter() - tf)
+  evaluations = sum(r.ev.count for r in runs)
+  if not runs:
+    return SearchResult(None, None, None, (), (), bound, best_by, history,
+                        time.perf_counter() - t0, 0,
+                        f"no family can hold the job on {cluster.n_gpus} GPUs "
+                        f"(tried {', '.join(skipped)})")
+  # Rank every family's plans together.
+  entries = []
+  for k, run in enumerate(runs):
+    r = run.ranked
+    for i in range(len(r.feasible)):
+      entries.append((float(r.objective[i]), k, i))
+  entries.sort()
+  feasible = [(k, i) for _, k, i in entries if runs[k].ranked.feasible[i]]
+  if not feasible:
+    _, k, i = entries[0]
+    run = runs[k]
+    est = run.ev.estimates(run.ranked.values[i:i + 1])[0]
+    reasons = est.violations or ("no stage fits",)
+    reason = (f"no feasible plan in families {', '.join(r.fs.family for r in runs)}; the "
+              f"least-bad ({run.fs.family}): " + "; ".join(reasons))
+    return SearchResult(None, None, None, (), (), bound, best_by, history,
+                        time.perf_counter() - t0, evaluations + run.ev.count - run.ev.count,
+                        reason)
+  chosen = feasible[:top_k]
+  top, top_fams = [], []
+  for k in sorted({k for k, _ in chosen}):
+    run = runs[k]
+    rows = [i for kk, i in chosen if kk == k]
+    ests = run.ev.estimates(run.ranked.values[rows])
+    for i, est in zip(rows, ests):
+      plan = run.fs.to_plan(np.asarray(run.ranked.values[i], np.float64))
+      cm.validate_plan(plan, job, cluster)
+      top.append((chosen.index((k, i)), plan, est, run.fs.family))
+  top.sort(key=lambda e: e[0])
+  plans = tuple((p, e) for _, p, e, _ in top)
+  top_fams = tuple(f for _, _, _, f in top)
+  return SearchResult(best_plan=plans[0][0], best_estimate=plans[0][1], family=top_fams[0],
+                      top=plans, top_families=top_fams, relaxed_bound_s=bound,
+                      best_by_family_s=best_by, history=history,
+                      wall_time_s=time.perf_counter() - t0, evaluations=evaluations)

@@ -1,0 +1,229 @@
+"""Relaxed optimisation inside one family: many starts, one vmap, one scan.
+
+Each start is a vector ``x`` of relaxed parameters (log2 degrees, logits of
+pool shares and of the memory fraction; categorical values held fixed). The
+objective of one start is
+
+    log(step_time(tau)) + w * (memory_excess + layout_violation)
+
+with the smooth cost model (``tau > 0``). ``tau`` anneals geometrically from
+``tau_start`` to ``tau_end`` and the penalty weight ``w`` grows geometrically
+from ``weight_start`` to ``weight_end``, so early steps see a smooth landscape
+and late steps the nearly exact one with binding constraints. Adam (optax)
+with a cosine-decayed learning rate updates every start; after each update the
+parameters are projected onto their box (``lo <= x <= hi``; categorical
+entries have ``lo == hi``).
+
+The whole loop is one ``jax.lax.scan`` inside ``jax.jit``; starts are a leading
+batch axis (``vmap``), which can be sharded over devices
+(:func:`shard_starts`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+import costmodel as cm
+from search._src import space as space_lib
+
+
+class RelaxConfig(NamedTuple):
+  """Schedules of the relaxed phase (hashable: a static jit argument).
+
+  Attributes:
+    steps: Optimisation steps.
+    learning_rate: Initial Adam learning rate (log2 units per step).
+    final_lr_fraction: Final learning rate as a fraction of the initial one.
+    tau_start, tau_end: Smoothing temperature at the first and last step.
+    weight_start, weight_end: Penalty weight at the first and last step.
+    feasible_tol: Penalty below which a relaxed point counts as feasible.
+  """
+
+  steps: int = 200
+  learning_rate: float = 0.15
+  final_lr_fraction: float = 0.1
+  tau_start: float = 0.3
+  tau_end: float = 0.02
+  weight_start: float = 1.0
+  weight_end: float = 100.0
+  feasible_tol: float = 1e-3
+
+
+class RelaxState(NamedTuple):
+  """State of the relaxed optimisation of a batch of starts.
+
+  Attributes:
+    x: Relaxed parameters [starts, V].
+    opt_state: optax state.
+    step: Steps taken.
+  """
+
+  x: jax.Array
+  opt_state: optax.OptState
+  step: jax.Array
+
+
+class RelaxInputs(NamedTuple):
+  """Per-start arrays the objective needs besides ``x``."""
+
+  lo: jax.Array
+  hi: jax.Array
+  trainable: jax.Array  # [V] 1 for variables the gradient moves
+
+
+class RelaxOutput(NamedTuple):
+  """Result of :func:`run`.
+
+  Attributes:
+    x: Final relaxed parameters [starts, V].
+    values: Final relaxed values [starts, V] (degrees, pool GPUs, ...).
+    step_time_s: Relaxed step time of each start at the final tau.
+    penalty: Constraint penalty of each start (memory + layout).
+    history_s: Best relaxed step time over nearly feasible starts at each
+      step [steps] (inf where none is).
+  """
+
+  x: np.ndarray
+  values: np.ndarray
+  step_time_s: np.ndarray
+  penalty: np.ndarray
+  history_s: np.ndarray
+
+
+def _schedule(cfg: RelaxConfig, t, start, end):
+  frac = t / max(cfg.steps - 1, 1)
+  return start * (end / start) ** frac
+
+
+def _objective(fs_static, job, cluster, eff, x, tau, weight):
+  structure, fs = fs_static
+  v = fs.relaxed_values(x)
+  plan = structure.to_plan(v)
+  est = cm.estimate(job, plan, cluster, eff, tau=tau)
+  penalty = (space_lib.memory_excess(structure, v, est, job, cluster)
+             + space_lib.layout_violation(structure, v))
+  step = est.step_time_s
+  loss = jnp.log(jnp.maximum(step, 1e-9)) + weight * penalty
+  return loss, (step, penalty)
+
+
+def _optimizer(cfg: RelaxConfig) -> optax.GradientTransformation:
+  lr = optax.cosine_decay_schedule(cfg.learning_rate, max(cfg.steps, 1),
+                                   alpha=cfg.final_lr_fraction)
+  return optax.adam(lr)
+
+
+def init(cfg: RelaxConfig, x0: jax.Array) -> RelaxState:
+  """Initial state for starts ``x0`` [starts, V]."""
+  opt = _optimizer(cfg)
+  return RelaxState(x=x0, opt_state=jax.vmap(opt.init)(x0), step=jnp.zeros((), jnp.int32))
+
+
+def update(fs_static, cfg: RelaxConfig, job, cluster, eff, inputs: RelaxInputs,
+           state: RelaxState):
+  """One Adam step of every start; returns the new state and per-start
+  (step time, penalty) before the step."""
+  opt = _optimizer(cfg)
+  t = state.step.astype(jnp.float32)
+  tau = _schedule(cfg, t, cfg.tau_start, cfg.tau_end)
+  weight = _schedule(cfg, t, cfg.weight_start, cfg.weight_end)
+  grad_fn = jax.value_and_grad(
+      lambda x: _objective(fs_static, job, cluster, eff, x, tau, weight), has_aux=True)
+  (_, (step, penalty)), grads = jax.vmap(grad_fn)(state.x)
+  grads = jnp.where(jnp.isfinite(grads), grads, 0.0) * inputs.trainable
+  updates, opt_state = jax.vmap(opt.update)(grads, state.opt_state, state.x)
+  x = jnp.clip(optax.apply_updates(state.x, updates), inputs.lo, inputs.hi)
+  return RelaxState(x=x, opt_state=opt_state, step=state.step + 1), (step, penalty)
+
+
+class _Static:
+  """Hashable wrapper: jit specialises on the family structure only."""
+
+  def __init__(self, fs: space_lib.FamilySpace):
+    self.fs = fs
+    self.key = (fs.structure, tuple((v.kind, float(v.options[0]), float(v.options[-1]),
+                                     len(v.options) > 1) for v in fs.vars))
+
+  def __hash__(self):
+    return hash(self.key)
+
+  def __eq__(self, other):
+    return isinstance(other, _Static) and self.key == other.key
+
+
+# The relaxed loop runs a few hundred cheap steps, so XLA's backend
+# optimisation buys little run time but costs most of the compile time of the
+# (large) gradient graph; level 0 roughly halves the compilation.
+_FAST_COMPILE = {"xla_backend_optimization_level": 0}
+
+
+@functools.partial(jax.jit, static_argnames=("static", "cfg"), compiler_options=_FAST_COMPILE)
+def _run(static, cfg, job, cluster, eff, x0, lo, hi, trainable):
+  fs_static = (static.fs.structure, static.fs)
+  inputs = RelaxInputs(lo=lo, hi=hi, trainable=trainable)
+
+  def body(carry, _):
+    state, _, _ = carry
+    new_state, (step, penalty) = update(fs_static, cfg, job, cluster, eff, inputs, state)
+    ok = penalty <= cfg.feasible_tol
+    best = jnp.min(jnp.where(ok & jnp.isfinite(step), step, jnp.inf))
+    return (new_state, state.x, (step, penalty)), best
+
+  s = x0.shape[0]
+  carry0 = (init(cfg, x0), x0, (jnp.zeros((s,), x0.dtype), jnp.zeros((s,), x0.dtype)))
+  (_, x_last, (step, penalty)), history = jax.lax.scan(body, carry0, None, length=cfg.steps)
+  # ``x_last`` is the point the last step evaluated (its step time and
+  # penalty are known); the final update after it is not evaluated again.
+  values = jax.vmap(static.fs.relaxed_values)(x_last)
+  return x_last, values, step, penalty, history
+
+
+def shard_starts(*arrays: np.ndarray):
+  """Places arrays with a leading starts axis on a 1-D mesh of all devices.
+
+  With one device the arrays are returned as jax arrays unchanged. The starts
+  axis must be divisible by the device count (see :func:`pad_starts`).
+  """
+  devices = jax.devices()
+  if len(devices) == 1:
+    return tuple(jnp.asarray(a) for a in arrays)
+  mesh = Mesh(np.asarray(devices), ("starts",))
+  sharding = NamedSharding(mesh, PartitionSpec("starts"))
+  return tuple(jax.device_put(jnp.asarray(a), sharding) for a in arrays)
+
+
+def pad_starts(n: int) -> int:
+  """Starts rounded up to a multiple of the device count."""
+  d = jax.device_count()
+  return -(-n // d) * d
+
+
+def run(fs: space_lib.FamilySpace, job: cm.RLJob, cluster: cm.Cluster, eff: cm.Efficiency,
+        x0: np.ndarray, lo: np.ndarray, hi: np.ndarray, cfg: RelaxConfig) -> RelaxOutput:
+  """Optimises the starts ``x0`` [starts, V] with bounds ``lo``/``hi``.
+
+  The batch is padded to a multiple of the device count with copies of its
+  last start (which changes no result) and sharded over the devices.
+  """
+  s = x0.shape[0]
+  pad = pad_starts(s) - s
+  if pad:
+    rep = lambda a: np.concatenate([a, np.repeat(a[-1:], pad, 0)], 0)
+    x0, lo, hi = rep(x0), rep(lo), rep(hi)
+  trainable = np.asarray([0.0 if v.kind == space_lib.CAT or len(v.options) == 1 else 1.0
+                          for v in fs.vars], np.float32)
+  if fs.family == "colocated":
+    trainable[fs.index("pool.all")] = 0.0
+  x0, lo, hi = (np.asarray(a, np.float32) for a in (x0, lo, hi))
+  x0s, los, his = shard_starts(x0, lo, hi)
+  out = _run(_Static(fs), cfg, job, cluster, eff, x0s, los, his, jnp.asarray(trainable))
+  x, values, step, penalty, history = (np.asarray(a) for a in out)
+  return RelaxOutput(x=x[:s], values=values[:s], step_time_s=step[:s], penalty=penalty[:s],
+                     history_s=history)

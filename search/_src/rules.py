@@ -1,0 +1,251 @@
+"""Rules of thumb for RL layouts, as plans the cost model can score.
+
+Each rule fixes the placement and the GPU split the way practitioners do, then
+picks the smallest layout degrees that fit in memory: FSDP/ZeRO-3 without
+model parallelism first, then with offload, then Megatron-style TP x PP
+growing from 2 GPUs; at each level the largest micro-batch (8 down to 1) that
+fits. The engine's tensor parallelism starts at the rule's value and doubles
+(then pipelines) until the weights and one sequence's KV cache fit.
+
+* ``verl``: veRL's hybrid engine: every role and the engines on all GPUs, FSDP
+  (ZeRO-3) with gradient checkpointing, rollout
+  ``tensor_model_parallel_size = 2`` and ``gpu_memory_utilization = 0.5``
+  (defaults of ``verl/trainer/config/rollout/rollout.yaml``; see the project's
+  reference/frameworks.md).
+* ``openrlhf``: OpenRLHF's disaggregated layout with equal GPUs per group:
+  vLLM : actor (+ reference) : critic (+ reward) = 1:1:1 for PPO, vLLM :
+  training = 1:1 without a critic; DeepSpeed ZeRO-3 with gradient
+  checkpointing (its example scripts), ``vllm_tensor_parallel_size = 1`` and
+  ``vllm_gpu_memory_utilization = 0.95`` (defaults in
+  ``openrlhf/cli/train_ppo_ray.py``, OpenRLHF@021d1b0).
+* ``areal``: AReaL's asynchronous recipe with 3/4 of the GPUs generating
+  (allocation ``sglang.d48 + d16`` style), staleness 1 and interruptible
+  (partial) rollouts.
+* ``kv_fit``: the fewest GPUs whose engines' KV cache holds the whole batch at
+  once generate; the rest train (synchronous).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+import costmodel as cm
+from search._src import evaluate
+from search._src import space as space_lib
+
+_MICRO_BATCHES = (8, 4, 2, 1)
+_MAX_SEQS = 1024.0
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleResult:
+  """A rule of thumb's plan.
+
+  Attributes:
+    name: Rule name.
+    description: One line on what the rule does.
+    family: The placement family the rule's plan belongs to.
+    plan: The plan (None when no layout of the rule fits).
+    estimate: Its exact estimate (of the least-bad layout when none fits).
+    feasible: Whether the plan fits in memory.
+  """
+
+  name: str
+  description: str
+  family: str
+  plan: cm.Plan | None
+  estimate: cm.Estimate | None
+  feasible: bool
+
+  @property
+  def step_time_s(self) -> float:
+    return float(self.estimate.step_time_s) if self.feasible else float("inf")
+
+
+def _degree_ladder(fs: space_lib.FamilySpace, role: str) -> list[dict]:
+  """Layouts of ``role`` from the least to the most model-parallel."""
+  tps = [float(t) for t in fs.var(f"{role}.tp").options]
+  pps = [float(p) for p in fs.var(f"{role}.pp").options]
+  out = [dict(tp=1.0, pp=1.0, zero=3.0, offload=0.0), dict(tp=1.0, pp=1.0, zero=3.0, offload=1.0)]
+  for tp in tps[1:]:
+    out.append(dict(tp=tp, pp=1.0, zero=1.0, offload=0.0))
+  for pp in pps[1:]:
+    out.append(dict(tp=tps[-1], pp=pp, zero=1.0, offload=0.0))
+  return out
+
+
+def _engine_ladder(fs: space_lib.FamilySpace, tp0: float) -> list[tuple[float, float]]:
+  tps = [float(t) for t in fs.var("engine.tp").options if t >= tp0]
+  if not tps:
+    tps = [float(fs.var("engine.tp").options[-1])]
+  pps = [float(p) for p in fs.var("engine.pp").options]
+  return [(t, 1.0) for t in tps] + [(tps[-1], p) for p in pps[1:]]
+
+
+def _rows(fs: space_lib.FamilySpace, pools: dict, engine_tp: float, memory_fraction: float,
+          max_seqs: float) -> list[np.ndarray]:
+  """Candidate value vectors of a rule, in the order the rule prefers them."""
+  roles = [r for r in ("actor", "critic", "reward") if r in fs.structure.roles]
+  base = np.zeros(len(fs.vars))
+  for p, g in pools.items():
+    base[fs.index(f"pool.{p}")] = g
+  for r in roles:
+    base[fs.index(f"{r}.cp")] = 1.0
+    base[fs.index(f"{r}.ep")] = 1.0
+    if r in ("actor", "critic"):
+      base[fs.index(f"{r}.recompute")] = 2.0
+  if "reference" in fs.structure.roles:
+    base[fs.index("reference.offload")] = 0.0
+  base[fs.index("engine.ep")] = 0.0
+  base[fs.index("engine.memory_fraction")] = memory_fraction
+  base[fs.index("engine.max_seqs")] = max_seqs
+  ladders = {r: _degree_ladder(fs, r) for r in roles}
+  depth = max(len(v) for v in ladders.values())
+  out = []
+  for (etp, epp) in _engine_ladder(fs, engine_tp):
+    for level in range(depth):
+      for mb in _MICRO_BATCHES:
+        v = base.copy()
+        v[fs.index("engine.tp")], v[fs.index("engine.pp")] = etp, epp
+        for r in roles:
+          d = ladders[r][min(level, len(ladders[r]) - 1)]
+          v[fs.index(f"{r}.tp")], v[fs.index(f"{r}.pp")] = d["tp"], d["pp"]
+          v[fs.index(f"{r}.zero")], v[fs.index(f"{r}.offload")] = d["zero"], d["offload"]
+          if r in ("actor", "critic"):
+            v[fs.index(f"{r}.mb_train")] = mb
+          v[fs.index(f"{r}.mb_infer")] = mb
+        if "reference" in fs.structure.roles:
+          v[fs.index("reference.offload")] = v[fs.index("actor.offload")]
+        out.append(v)
+  return out
+
+
+def _runs(fs: space_lib.FamilySpace, row: np.ndarray) -> bool:
+  try:
+    cm.validate_plan(fs.to_plan(np.asarray(row, np.float64)), fs.job, fs.cluster)
+  except ValueError:
+    return False
+  return True
+
+
+def _pick(name: str, description: str, fs: space_lib.FamilySpace | None, rows,
+          eff: cm.Efficiency | None) -> RuleResult:
+  family = fs.family if fs is not None else "-"
+  rows = [r for r in rows if fs is not None and _runs(fs, r)]
+  if not rows:
+    return RuleResult(name, description, family, None, None, False)
+  ev = evaluate.Evaluator(fs, eff)
+  values = np.stack(rows)
+  s = ev.scores(values)
+  ok = np.flatnonzero(s.feasible)
+  i = int(ok[0]) if len(ok) else int(np.argmin(s.excess))
+  est = ev.estimates(values[i:i + 1])[0]
+  plan = fs.to_plan(np.asarray(values[i], np.float64))
+  return RuleResult(name, description, family, plan if len(ok) else None, est, bool(len(ok)))
+
+
+def _round_pools(fs: space_lib.FamilySpace, shares: dict) -> dict:
+  """Pool shares of the cluster -> valid pool sizes that fit in it."""
+  n = fs.cluster.n_gpus
+  out = {}
+  for p, share in shares.items():
+    opts = fs.var(f"pool.{p}").options
+    out[p] = float(opts[np.argmin(np.abs(np.log2(opts) - np.log2(max(share * n, 1.0))))])
+  names = list(out)
+  for _ in range(64):
+    total = sum(out.values())
+    if total <= n:
+      break
+    p = max(names, key=lambda k: out[k])
+    opts = fs.var(f"pool.{p}").options
+    smaller = opts[opts < out[p]]
+    if not len(smaller):
+      break
+    out[p] = float(smaller[-1])
+  # Give what is left to the pools in turn when a valid size takes it.
+  for p in reversed(names):
+    left = n - sum(out.values())
+    opts = fs.var(f"pool.{p}").options
+    if left > 0 and np.isin(out[p] + left, opts):
+      out[p] += left
+  return out
+
+
+def verl_default(job: cm.RLJob, cluster: cm.Cluster,
+                 efficiency: cm.Efficiency | None = None) -> RuleResult:
+  """veRL's default hybrid-engine layout (colocated, FSDP, rollout TP 2, 0.5)."""
+  fs = space_lib.build("colocated", job, cluster)
+  rows = _rows(fs, {"all": float(cluster.n_gpus)}, 2.0, 0.5, _MAX_SEQS)
+  return _pick("verl", "colocated, FSDP, rollout TP=2, memory 0.5", fs, rows, efficiency)
+
+
+def openrlhf_split(job: cm.RLJob, cluster: cm.Cluster,
+                   efficiency: cm.Efficiency | None = None) -> RuleResult:
+  """OpenRLHF's equal split (vLLM : actor : critic = 1:1:1; 1:1 without a critic)."""
+  if job.has_critic:
+    fs = space_lib.build("split3", job, cluster)
+    shares = {"gen": 1 / 3, "actor": 1 / 3, "critic": 1 / 3}
+    desc = "vLLM:actor:critic = 1:1:1, ZeRO-3, vLLM TP=1, memory 0.95"
+  else:
+    fs = space_lib.build("split", job, cluster)
+    shares = {"gen": 0.5, "train": 0.5}
+    desc = "vLLM:training = 1:1, ZeRO-3, vLLM TP=1, memory 0.95"
+  if fs is None:
+    return RuleResult("openrlhf", desc, "-", None, None, False)
+  rows = _rows(fs, _round_pools(fs, shares), 1.0, 0.95, _MAX_SEQS)
+  return _pick("openrlhf", desc, fs, rows, efficiency)
+
+
+def areal_split(job: cm.RLJob, cluster: cm.Cluster,
+                efficiency: cm.Efficiency | None = None) -> RuleResult:
+  """AReaL's asynchronous layout with 3/4 of the GPUs generating."""
+  fs = space_lib.build("split_async_partial", job, cluster)
+  desc = "3/4 of GPUs generate, asynchronous (staleness 1, partial rollouts)"
+  if fs is None:
+    return RuleResult("areal", desc, "-", None, None, False)
+  rows = _rows(fs, _round_pools(fs, {"gen": 0.75, "train": 0.25}), 1.0, 0.9, _MAX_SEQS)
+  return _pick("areal", desc, fs, rows, efficiency)
+
+
+def kv_fit_split(job: cm.RLJob, cluster: cm.Cluster,
+                 efficiency: cm.Efficiency | None = None) -> RuleResult:
+  """The fewest GPUs whose KV cache holds the batch generate; the rest train."""
+  fs = space_lib.build("split", job, cluster)
+  desc = "fewest GPUs whose KV cache holds the batch generate, the rest train"
+  if fs is None:
+    return RuleResult("kv_fit", desc, "-", None, None, False)
+  n = cluster.n_gpus
+  n_seq = float(job.generated_samples_per_step)
+  ev = evaluate.Evaluator(fs, efficiency)
+  chosen = None
+  for g in fs.var("pool.gen").options:
+    rest_opts = fs.var("pool.train").options
+    rest = rest_opts[rest_opts <= n - g]
+    if not len(rest):
+      break
+    rows = [r for r in _rows(fs, {"gen": float(g), "train": float(rest[-1])}, 1.0, 0.9,
+                             max(n_seq, 1.0)) if _runs(fs, r)]
+    if not rows:
+      continue
+    values = np.stack(rows)
+    s = ev.scores(values)
+    ok = np.flatnonzero(s.feasible)
+    if not len(ok):
+      continue
+    est = ev.estimates(values[ok[0]:ok[0] + 1])[0]
+    replicas = g / (values[ok[0], fs.index("engine.tp")] * values[ok[0], fs.index("engine.pp")])
+    chosen = values[ok[0]]
+    if float(est.gen_concurrency) * replicas >= n_seq * (1 - 1e-6):
+      break
+  if chosen is None:
+    return RuleResult("kv_fit", desc, "split", None, None, False)
+  return _pick("kv_fit", desc, fs, [chosen], efficiency)
+
+
+def rules_of_thumb(job: cm.RLJob, cluster: cm.Cluster,
+                   efficiency: cm.Efficiency | None = None) -> tuple[RuleResult, ...]:
+  """Every rule of thumb's plan for ``job`` on ``cluster``."""
+  return tuple(rule(job, cluster, efficiency)
+               for rule in (verl_default, openrlhf_split, areal_split, kv_fit_split))

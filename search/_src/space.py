@@ -1,0 +1,640 @@
+"""The search space: placement families and the layout variables inside each.
+
+A *family* fixes which roles share a GPU pool and the execution mode:
+
+* ``colocated``: every role and the rollout engines on one pool of the whole
+  cluster, synchronous (veRL's hybrid engine);
+* ``split``: the engines on a rollout pool, every other role on one training
+  pool, synchronous (OpenRLHF);
+* ``split_async``: the same pools, staleness 1 (one-step-off-policy);
+* ``split_async_partial``: staleness 1 with partial rollouts (fully
+  asynchronous, the generation tail carried over);
+* ``split3`` (jobs with a critic): a rollout pool, an actor + reference pool
+  and a critic (+ reward model) pool, synchronous.
+
+The family is *enumerated*, not relaxed: the search optimises inside each
+family and compares the families' rounded plans exactly. Inside a family every
+plan is a vector of values, one per :class:`Var`:
+
+* ``pool.<name>``: GPUs of each pool (relaxed: a softmax of logits times the
+  cluster size; discrete: whole nodes, or divisors of a node for pools smaller
+  than one);
+* per role with its own layout (actor, critic, reward model): ``tp``, ``pp``,
+  ``cp``, ``ep`` and the micro-batches ``mb_train`` and ``mb_infer`` (relaxed:
+  log2 of the value; discrete: powers of two), and the categorical
+  ``zero`` (1, or 3 for FSDP-style sharding, which needs tp = pp = ep = 1),
+  ``recompute`` (0 none, 1 selective, 2 full) and ``offload`` (0, 1);
+* the reference model runs the actor's inference layout (the frameworks give
+  the reference the actor's parallel settings), with its own ``offload``;
+* the engine: ``tp``, ``pp``, ``max_seqs`` (log2), ``memory_fraction``
+  (relaxed: a sigmoid onto its range) and, for MoE models, the categorical
+  ``ep`` (0: no expert parallelism, 1: experts sharded over the TP group).
+
+A role's training and inference phases share its degrees (both run on the same
+workers with one sharding) and differ in micro-batch. Categorical variables are
+fixed per start during the relaxed phase and enumerated at rounding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import costmodel as cm
+from costmodel._src.plan import required_roles
+from costmodel._src.stages import generate as gen_lib
+
+FAMILIES = ("colocated", "split", "split_async", "split_async_partial", "split3")
+
+_FAMILY_POOLS = {
+    "colocated": ("all",),
+    "split": ("gen", "train"),
+    "split_async": ("gen", "train"),
+    "split_async_partial": ("gen", "train"),
+    "split3": ("gen", "actor", "critic"),
+}
+_FAMILY_MODES = {
+    "colocated": (0, False),
+    "split": (0, False),
+    "split_async": (1, False),
+    "split_async_partial": (1, True),
+    "split3": (0, False),
+}
+# Roles that carry their own parallel degrees (the reference follows the actor).
+_LAYOUT_ROLES = ("actor", "critic", "reward")
+_TRAINED = ("actor", "critic")
+
+# Variable kinds.
+LOG2 = "log2"   # powers of two; relaxed as log2 of the value
+FRAC = "frac"   # a fraction; relaxed through a sigmoid onto the options' range
+POOL = "pool"   # GPUs of a pool; relaxed as softmax(logits) * cluster GPUs
+CAT = "cat"     # categorical; fixed per start while relaxed
+
+
+def _powers_of_two(hi: float) -> tuple[int, ...]:
+  out, v = [], 1
+  while v <= hi:
+    out.append(v)
+    v *= 2
+  return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class SpaceOptions:
+  """The discrete values each layout variable may take.
+
+  Attributes:
+    max_tp: Largest tensor-parallel degree of a role (0: the scale-up domain).
+    max_pp: Largest pipeline-parallel degree of a role.
+    max_cp: Largest context-parallel degree (1 switches CP off).
+    max_ep: Largest expert-parallel degree (MoE models only).
+    micro_batches: Micro-batch sizes (sequences per GPU), powers of two.
+    zero_stages: ZeRO stages tried (1 and/or 3; 3 only with tp = pp = ep = 1).
+    recompute: Activation recompute modes (0 none, 1 selective, 2 full).
+    offload: Offload settings (0, 1).
+    engine_max_tp: Largest engine tensor-parallel degree (0: the domain).
+    engine_max_pp: Largest engine pipeline-parallel degree.
+    memory_fractions: Engine memory fractions, ascending.
+    max_seqs: Engine concurrency caps, powers of two.
+  """
+
+  max_tp: int = 0
+  max_pp: int = 16
+  max_cp: int = 1
+  max_ep: int = 64
+  micro_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+  zero_stages: tuple[int, ...] = (1, 3)
+  recompute: tuple[int, ...] = (0, 1, 2)
+  offload: tuple[int, ...] = (0, 1)
+  engine_max_tp: int = 0
+  engine_max_pp: int = 8
+  memory_fractions: tuple[float, ...] = tuple(round(0.3 + 0.05 * i, 2) for i in range(14))
+  max_seqs: tuple[int, ...] = (32, 64, 128, 256, 512, 1024, 2048, 4096)
+
+  def __post_init__(self):
+    for f in ("max_tp", "engine_max_tp"):
+      v = getattr(self, f)
+      if not isinstance(v, int) or v < 0:
+        raise ValueError(f"SpaceOptions: {f}={v!r} must be an integer >= 0")
+    for f in ("max_pp", "max_cp", "max_ep", "engine_max_pp"):
+      v = getattr(self, f)
+      if not isinstance(v, int) or v < 1:
+        raise ValueError(f"SpaceOptions: {f}={v!r} must be an integer >= 1")
+    for f in ("micro_batches", "max_seqs"):
+      v = tuple(getattr(self, f))
+      if not v or any(int(x) != x or x < 1 or (int(x) & (int(x) - 1)) for x in v):
+        raise ValueError(f"SpaceOptions: {f}={v!r} must be powers of two >= 1")
+      object.__setattr__(self, f, tuple(sorted(int(x) for x in v)))
+    for f, allowed in (("zero_stages", (1, 3)), ("recompute", (0, 1, 2)), ("offload", (0, 1))):
+      v = tuple(getattr(self, f))
+      if not v or any(x not in allowed for x in v):
+        raise ValueError(f"SpaceOptions: {f}={v!r} must be a non-empty subset of {allowed}")
+      object.__setattr__(self, f, tuple(sorted(set(int(x) for x in v))))
+    mf = tuple(float(x) for x in self.memory_fractions)
+    if not mf or any(not 0.0 < x <= 1.0 for x in mf):
+      raise ValueError(f"SpaceOptions: memory_fractions={mf!r} must lie in (0, 1]")
+    object.__setattr__(self, "memory_fractions", tuple(sorted(set(mf))))
+
+  @classmethod
+  def compact(cls) -> "SpaceOptions":
+    """A coarser space, small enough to enumerate exhaustively on 8-32 GPUs."""
+    return cls(max_pp=4, micro_batches=(1, 2, 4, 8, 16), engine_max_pp=1,
+               memory_fractions=(0.5, 0.7, 0.9), max_seqs=(128, 512, 2048))
+
+
+class Var(NamedTuple):
+  """One variable of a family: its name, kind and discrete options (ascending)."""
+
+  name: str
+  kind: str
+  options: np.ndarray
+
+
+def default_families(job: cm.RLJob) -> tuple[str, ...]:
+  """Families that apply to ``job`` (``split3`` needs a critic)."""
+  fams = ["colocated", "split", "split_async", "split_async_partial"]
+  if job.has_critic:
+    fams.append("split3")
+  return tuple(fams)
+
+
+def role_pool(family: str, role: str) -> str:
+  """The pool a role lives on in ``family``."""
+  if family == "colocated":
+    return "all"
+  if family == "split3":
+    return "actor" if role in ("actor", "reference") else "critic"
+  return "train"
+
+
+def pool_sizes(cluster: cm.Cluster) -> np.ndarray:
+  """Pool sizes that fill whole nodes, or divide one node."""
+  n, g = cluster.n_gpus, cluster.gpus_per_node
+  small = [d for d in range(1, g) if g % d == 0]
+  return np.asarray(sorted(set(small + [g * k for k in range(1, cluster.nodes + 1)])),
+                    dtype=np.float64)
+
+
+@dataclasses.dataclass(frozen=True)
+class Structure:
+  """What jitted code specialises on: the family, its roles and variable order."""
+
+  family: str
+  roles: tuple[str, ...]
+  names: tuple[str, ...]
+  n_gpus: int
+
+  @property
+  def pools(self) -> tuple[str, ...]:
+    return _FAMILY_POOLS[self.family]
+
+  @property
+  def mode(self) -> cm.Mode:
+    staleness, partial = _FAMILY_MODES[self.family]
+    return cm.Mode(staleness=staleness, partial_rollout=partial)
+
+  def index(self, name: str) -> int:
+    return self.names.index(name)
+
+  def to_plan(self, v) -> cm.Plan:
+    """The plan of one value vector ``v`` (numpy: concrete; jax: traceable)."""
+    concrete = isinstance(v, np.ndarray)
+    get = (lambda n: float(v[self.index(n)])) if concrete else (lambda n: v[self.index(n)])
+    pools = tuple(cm.Pool(p, get(f"pool.{p}")) for p in self.pools)
+
+    def layout(role: str, mb: str, offload_role: str | None = None) -> cm.Parallel:
+      return cm.Parallel(tp=get(f"{role}.tp"), pp=get(f"{role}.pp"), cp=get(f"{role}.cp"),
+                         ep=get(f"{role}.ep"), micro_batch=get(f"{role}.{mb}"),
+                         zero_stage=get(f"{role}.zero"),
+                         recompute=get(f"{role}.recompute") if role in _TRAINED else 0.0,
+                         offload=get(f"{offload_role or role}.offload"))
+
+    roles = []
+    for role in self.roles:
+      pool = role_pool(self.family, role)
+      if role in _TRAINED:
+        roles.append(cm.RolePlan(role, pool, train=layout(role, "mb_train"),
+                                 infer=layout(role, "mb_infer")))
+      elif role == "reference":
+        roles.append(cm.RolePlan(role, pool, infer=layout("actor", "mb_infer", "reference")))
+      else:
+        roles.append(cm.RolePlan(role, pool, infer=layout(role, "mb_infer")))
+    tp = get("engine.tp")
+    ep_on = get("engine.ep")
+    if concrete:
+      ep = tp if ep_on > 0.5 else 1.0
+    else:
+      ep = jnp.where(ep_on > 0.5, tp, 1.0)
+    engine = cm.Engine(tp=tp, pp=get("engine.pp"), ep=ep,
+                       memory_fraction=get("engine.memory_fraction"),
+                       max_seqs=get("engine.max_seqs"))
+    return cm.Plan(pools=pools, roles=tuple(roles), engine=engine, rollout_pool="gen"
+                   if self.family != "colocated" else "all", mode=self.mode)
+
+
+def _tp_options(model: cm.ModelSpec, hi: int) -> list[int]:
+  """Powers of two up to ``hi`` that pass the cost model's head checks."""
+  out = []
+  for t in _powers_of_two(hi):
+    if model.n_heads % t:
+      continue
+    if not model.is_mla and model.n_kv_heads % t and t % model.n_kv_heads:
+      continue
+    out.append(t)
+  return out
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FamilySpace:
+  """A family's variables and options for one job and cluster.
+
+  Attributes:
+    structure: The :class:`Structure` jitted code specialises on.
+    vars: The variables, in the order of a value vector.
+    job: The job.
+    cluster: The cluster.
+  """
+
+  structure: Structure
+  vars: tuple[Var, ...]
+  job: cm.RLJob
+  cluster: cm.Cluster
+
+  @property
+  def family(self) -> str:
+    return self.structure.family
+
+  @property
+  def names(self) -> tuple[str, ...]:
+    return self.structure.names
+
+  def index(self, name: str) -> int:
+    return self.structure.index(name)
+
+  def var(self, name: str) -> Var:
+    return self.vars[self.index(name)]
+
+  def to_plan(self, v) -> cm.Plan:
+    return self.structure.to_plan(v)
+
+  @property
+  def size(self) -> int:
+    """Number of value vectors before validity checks (may be huge)."""
+    return math.prod(len(v.options) for v in self.vars)
+
+  # ----- validity (numpy, vectorised over rows) ------------------------------
+
+  def col(self, values: np.ndarray, name: str) -> np.ndarray:
+    return values[..., self.index(name)]
+
+  def pool_of(self, values: np.ndarray, role: str) -> np.ndarray:
+    return self.col(values, f"pool.{role_pool(self.family, role)}")
+
+  @property
+  def blocks(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Variables grouped into blocks whose validity depends only on the block
+    and the pools: ``pools``, one block per role with its own layout (the
+    actor's holds the reference's offload), ``engine``."""
+    groups: dict[str, list[int]] = {}
+    for j, name in enumerate(self.names):
+      head = name.split(".")[0]
+      head = {"pool": "pools", "reference": "actor"}.get(head, head)
+      groups.setdefault(head, []).append(j)
+    return tuple((k, tuple(v)) for k, v in groups.items())
+
+  def valid(self, values: np.ndarray, blocks=None) -> np.ndarray:
+    """Which value vectors give a plan that runs (and is not a duplicate).
+
+    Mirrors :func:`costmodel.validate_plan` (degrees divide the pools, ZeRO-3
+    only without TP/PP/EP, pools within the cluster) and drops equivalent
+    duplicates: a micro-batch or concurrency cap above what a rank or engine
+    holds acts like the smallest option that covers it.
+
+    Args:
+      values: [..., V] value vectors.
+      blocks: Names of the blocks (see :attr:`blocks`) whose constraints to
+        check; all when None.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    check = set(b for b, _ in self.blocks) if blocks is None else set(blocks)
+    ok = np.ones(values.shape[:-1], dtype=bool)
+    if "pools" in check:
+      pool_cols = [self.col(values, f"pool.{p}") for p in self.structure.pools]
+      ok &= sum(pool_cols) <= self.cluster.n_gpus + 1e-9
+    samples = float(self.job.samples_per_step)
+    train_batch = samples / self.job.mini_batches
+    for role in _LAYOUT_ROLES:
+      if role not in self.structure.roles or role not in check:
+        continue
+      g = self.pool_of(values, role)
+      tp, pp, cp, ep = (self.col(values, f"{role}.{d}") for d in ("tp", "pp", "cp", "ep"))
+      mp = tp * pp * cp
+      ok &= np.mod(g, mp) == 0
+      dp = g / mp
+      ok &= np.mod(np.round(dp * cp), ep) == 0
+      zero3 = self.col(values, f"{role}.zero") == 3
+      ok &= ~zero3 | ((tp == 1) & (pp == 1) & (ep == 1))
+      mb_names = ("mb_train", "mb_infer") if role in _TRAINED else ("mb_infer",)
+      for mb_name in mb_names:
+        mb = self.col(values, f"{role}.{mb_name}")
+        per_rank = (train_batch if mb_name == "mb_train" else samples) / dp
+        ok &= (mb < 2.0 * per_rank) | (mb == self.var(f"{role}.{mb_name}").options[0])
+    if "engine" in check:
+      g = self.col(values, f"pool.{self.rollout_pool}")
+      etp, epp = self.col(values, "engine.tp"), self.col(values, "engine.pp")
+      ok &= np.mod(g, etp * epp) == 0
+      n_r = float(self.job.generated_samples_per_step) / (g / (etp * epp))
+      ms = self.col(values, "engine.max_seqs")
+      ok &= (ms < 2.0 * n_r) | (ms == self.var("engine.max_seqs").options[0])
+    return ok
+
+  @property
+  def rollout_pool(self) -> str:
+    return "all" if self.family == "colocated" else "gen"
+
+  def repair(self, values: np.ndarray) -> np.ndarray:
+    """Moves value vectors towards validity: ZeRO-3 drops TP/PP/EP, degrees that
+    do not divide their pool are halved (pp, then cp, then tp), oversized pools
+    shrink. The result may still be invalid; :meth:`valid` decides."""
+    v = np.array(values, dtype=np.float64, copy=True)
+    idx = self.index
+    n = self.cluster.n_gpus
+    pool_names = [f"pool.{p}" for p in self.structure.pools]
+    for _ in range(len(self.var(pool_names[0]).options)):
+      total = sum(v[..., idx(p)] for p in pool_names)
+      over = total > n + 1e-9
+      if not over.any():
+        break
+      cols = np.stack([v[..., idx(p)] for p in pool_names], -1)
+      big = np.argmax(cols, -1)
+      for k, p in enumerate(pool_names):
+        sel = over & (big == k)
+        v[sel, idx(p)] = _step_option(v[sel, idx(p)], self.var(p).options, -1)
+    for role in _LAYOUT_ROLES:
+      if role not in self.structure.roles:
+        continue
+      zero3 = v[..., idx(f"{role}.zero")] == 3
+      for d in ("tp", "pp", "ep"):
+        v[zero3, idx(f"{role}.{d}")] = 1.0
+      g = self.pool_of(v, role)
+      for _ in range(16):
+        mp = v[..., idx(f"{role}.tp")] * v[..., idx(f"{role}.pp")] * v[..., idx(f"{role}.cp")]
+        bad = np.mod(g, mp) != 0
+        if not bad.any():
+          break
+        for d in ("pp", "cp", "tp"):
+          col = v[..., idx(f"{role}.{d}")]
+          sel = bad & (col > 1)
+          v[sel, idx(f"{role}.{d}")] = col[sel] / 2
+          bad &= ~sel
+      for _ in range(16):
+        tp, pp, ep = (v[..., idx(f"{role}.{d}")] for d in ("tp", "pp", "ep"))
+        dpcp = np.round(g / (tp * pp))
+        bad = (np.mod(dpcp, ep) != 0) & (ep > 1)
+        if not bad.any():
+          break
+        v[bad, idx(f"{role}.ep")] = ep[bad] / 2
+    g = self.col(v, f"pool.{self.rollout_pool}")
+    for _ in range(16):
+      mp = v[..., idx("engine.tp")] * v[..., idx("engine.pp")]
+      bad = np.mod(g, mp) != 0
+      if not bad.any():
+        break
+      for d in ("engine.pp", "engine.tp"):
+        col = v[..., idx(d)]
+        sel = bad & (col > 1)
+        v[sel, idx(d)] = col[sel] / 2
+        bad &= ~sel
+    return v
+
+  # ----- relaxed variables --------------------------------------------------
+
+  def relaxed_bounds(self, cats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Box bounds of the relaxed parameters for starts whose categorical
+    values are ``cats`` ([starts, V], only categorical columns read)."""
+    s = cats.shape[0]
+    lo = np.zeros((s, len(self.vars)))
+    hi = np.zeros((s, len(self.vars)))
+    for j, var in enumerate(self.vars):
+      if var.kind == LOG2:
+        lo[:, j], hi[:, j] = np.log2(var.options[0]), np.log2(var.options[-1])
+      elif var.kind == FRAC:
+        if len(var.options) > 1:
+          lo[:, j], hi[:, j] = -4.0, 4.0
+      elif var.kind == POOL:
+        if len(self.structure.pools) > 1:
+          lo[:, j], hi[:, j] = -8.0, 8.0
+      else:
+        lo[:, j] = hi[:, j] = cats[:, j]
+    for role in _LAYOUT_ROLES:
+      if role in self.structure.roles:
+        zero3 = cats[:, self.index(f"{role}.zero")] == 3
+        for d in ("tp", "pp", "ep"):
+          hi[zero3, self.index(f"{role}.{d}")] = 0.0
+    return lo, hi
+
+  def init_relaxed(self, rng: np.random.Generator, starts: int) -> tuple[np.ndarray, ...]:
+    """Random starts: relaxed parameters ``x0`` and their bounds ``lo, hi``.
+
+    Log2 variables are uniform in their range, pool shares Dirichlet(1), the
+    memory fraction uniform in logit space and categorical values uniform over
+    their options.
+    """
+    v = len(self.vars)
+    cats = np.zeros((starts, v))
+    for j, var in enumerate(self.vars):
+      if var.kind == CAT:
+        cats[:, j] = rng.choice(var.options, size=starts)
+    lo, hi = self.relaxed_bounds(cats)
+    x0 = lo + (hi - lo) * rng.uniform(size=(starts, v))
+    pool_idx = [self.index(f"pool.{p}") for p in self.structure.pools]
+    if len(pool_idx) > 1:
+      shares = rng.dirichlet(np.ones(len(pool_idx)), size=starts)
+      x0[:, pool_idx] = np.log(np.maximum(shares, 1e-3))
+    for j, var in enumerate(self.vars):
+      if var.kind == FRAC and len(var.options) > 1:
+        x0[:, j] = rng.uniform(-2.0, 2.0, size=starts)
+      elif var.kind == CAT:
+        x0[:, j] = cats[:, j]
+    return x0, lo, hi
+
+  def relaxed_values(self, x: jax.Array) -> jax.Array:
+    """Relaxed parameters [V] -> continuous values [V] (traceable)."""
+    out = []
+    pool_idx = [self.index(f"pool.{p}") for p in self.structure.pools]
+    shares = jax.nn.softmax(x[jnp.asarray(pool_idx)]) * float(self.cluster.n_gpus)
+    for j, var in enumerate(self.vars):
+      if var.kind == LOG2:
+        out.append(jnp.exp2(x[j]))
+      elif var.kind == FRAC:
+        a, b = float(var.options[0]), float(var.options[-1])
+        out.append(a + (b - a) * jax.nn.sigmoid(x[j]) if b > a else jnp.full((), a, x.dtype))
+      elif var.kind == POOL:
+        out.append(shares[pool_idx.index(j)])
+      else:
+        out.append(x[j])
+    return jnp.stack(out)
+
+  def nearest(self, values: np.ndarray) -> np.ndarray:
+    """Each value rounded to its nearest option (log scale for degrees)."""
+    out = np.empty_like(values, dtype=np.float64)
+    for j, var in enumerate(self.vars):
+      out[..., j] = _nearest_option(values[..., j], var)
+    return out
+
+  def bracket(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Neighbouring options below and above each value, and the weight of the
+    upper one (linear in log2 for degrees and pools)."""
+    lo = np.empty_like(values, dtype=np.float64)
+    hi = np.empty_like(values, dtype=np.float64)
+    w = np.zeros_like(values, dtype=np.float64)
+    for j, var in enumerate(self.vars):
+      opts = var.options
+      x = values[..., j]
+      log = var.kind in (LOG2, POOL)
+      ox = np.log2(opts) if log else opts
+      xx = np.log2(np.maximum(x, 1e-9)) if log else x
+      k = np.clip(np.searchsorted(ox, xx, side="right") - 1, 0, len(opts) - 1)
+      k2 = np.minimum(k + 1, len(opts) - 1)
+      lo[..., j], hi[..., j] = opts[k], opts[k2]
+      span = ox[k2] - ox[k]
+      w[..., j] = np.where(span > 0, np.clip((xx - ox[k]) / np.where(span > 0, span, 1), 0, 1),
+                           0.0)
+    return lo, hi, w
+
+
+def _nearest_option(x: np.ndarray, var: Var) -> np.ndarray:
+  opts = var.options
+  if var.kind in (LOG2, POOL):
+    d = np.abs(np.log2(np.maximum(x, 1e-9))[..., None] - np.log2(opts))
+  else:
+    d = np.abs(np.asarray(x)[..., None] - opts)
+  return opts[np.argmin(d, -1)]
+
+
+def _step_option(x: np.ndarray, options: np.ndarray, step: int) -> np.ndarray:
+  """The option ``step`` places away from ``x`` (clamped to the ends)."""
+  k = np.searchsorted(options, x)
+  k = np.clip(k + step, 0, len(options) - 1)
+  return options[k]
+
+
+def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
+          options: SpaceOptions | None = None) -> FamilySpace | None:
+  """The variables and options of ``family`` for ``job`` on ``cluster``.
+
+  Returns:
+    A :class:`FamilySpace`, or None when the family cannot hold the job on
+    this cluster (too few GPUs for its pools, or ``split3`` without a
+    critic).
+
+  Raises:
+    ValueError: for an unknown family.
+  """
+  if family not in FAMILIES:
+    raise ValueError(f"family={family!r} is not one of {FAMILIES}")
+  opts = options if options is not None else SpaceOptions()
+  roles = required_roles(job)
+  if family == "split3" and not job.has_critic:
+    return None
+  pools = _FAMILY_POOLS[family]
+  n = cluster.n_gpus
+  if len(pools) > n:
+    return None
+  domain = cluster.scaleup_domain
+  vars_: list[Var] = []
+  sizes = pool_sizes(cluster)
+  for p in pools:
+    if family == "colocated":
+      vars_.append(Var(f"pool.{p}", POOL, np.asarray([float(n)])))
+    else:
+      vars_.append(Var(f"pool.{p}", POOL, sizes[sizes <= n - (len(pools) - 1)]))
+  f64 = lambda xs: np.asarray(sorted(set(float(x) for x in xs)), dtype=np.float64)
+  for role in _LAYOUT_ROLES:
+    if role not in roles:
+      continue
+    model = {"actor": job.actor, "critic": job.critic, "reward": job.reward_model}[role]
+    tp_hi = min(opts.max_tp or domain, n)
+    vars_.append(Var(f"{role}.tp", LOG2, f64(_tp_options(model, tp_hi))))
+    vars_.append(Var(f"{role}.pp", LOG2, f64(_powers_of_two(min(opts.max_pp, model.n_layers, n)))))
+    vars_.append(Var(f"{role}.cp", LOG2, f64(_powers_of_two(min(opts.max_cp, n)))))
+    if model.is_moe:
+      eps = [e for e in _powers_of_two(min(opts.max_ep, model.n_experts, n))
+             if model.n_experts % e == 0]
+    else:
+      eps = [1]
+    vars_.append(Var(f"{role}.ep", LOG2, f64(eps)))
+    if role in _TRAINED:
+      vars_.append(Var(f"{role}.mb_train", LOG2, f64(opts.micro_batches)))
+    vars_.append(Var(f"{role}.mb_infer", LOG2, f64(opts.micro_batches)))
+    vars_.append(Var(f"{role}.zero", CAT, f64(opts.zero_stages)))
+    if role in _TRAINED:
+      vars_.append(Var(f"{role}.recompute", CAT, f64(opts.recompute)))
+    vars_.append(Var(f"{role}.offload", CAT, f64(opts.offload)))
+    if role == "actor" and "reference" in roles:
+      vars_.append(Var("reference.offload", CAT, f64(opts.offload)))
+  actor = job.actor
+  etp_hi = min(opts.engine_max_tp or domain, n)
+  vars_.append(Var("engine.tp", LOG2, f64(t for t in _powers_of_two(etp_hi)
+                                          if actor.n_heads % t == 0)))
+  vars_.append(Var("engine.pp", LOG2, f64(_powers_of_two(min(opts.engine_max_pp,
+                                                             actor.n_layers, n)))))
+  vars_.append(Var("engine.ep", CAT, f64((0, 1) if actor.is_moe else (0,))))
+  vars_.append(Var("engine.memory_fraction", FRAC, f64(opts.memory_fractions)))
+  vars_.append(Var("engine.max_seqs", LOG2, f64(opts.max_seqs)))
+  structure = Structure(family=family, roles=roles, names=tuple(v.name for v in vars_),
+                        n_gpus=n)
+  return FamilySpace(structure=structure, vars=tuple(vars_), job=job, cluster=cluster)
+
+
+# ----- constraint measures shared by the relaxed and the exact evaluation -------
+
+
+def memory_excess(structure: Structure, v: jax.Array, est: cm.Estimate, job: cm.RLJob,
+                  cluster: cm.Cluster) -> jax.Array:
+  """How far a plan is from fitting in memory, relative to the limits.
+
+  ``sum over stages relu(need / limit - 1)`` plus the engine's own budget:
+  ``relu((weights + workspace + one longest sequence's KV) / (fraction x HBM)
+  - 1)`` (the condition behind ``Estimate.feasible`` that the per-stage rows
+  do not show).
+  """
+  need = est.memory_bytes.sum(-1)
+  limit = est.memory_limit_bytes
+  stages = jnp.sum(jax.nn.relu(need / limit - 1.0))
+  g = est.stage_names.index("generate")
+  plan = structure.to_plan(v)
+  hbm = cluster.accelerator.hbm_bytes
+  min_kv = (jnp.asarray(job.prompt_len, float) + job.response.max) * \
+      gen_lib.kv_bytes_per_token_per_gpu(job.actor, plan.engine, job.kv_bytes)
+  engine_need = est.memory_bytes[g, 0] + est.memory_bytes[g, 6] + min_kv
+  engine = jax.nn.relu(engine_need / (plan.engine.memory_fraction * hbm) - 1.0)
+  return stages + engine
+
+
+def layout_violation(structure: Structure, v: jax.Array) -> jax.Array:
+  """Divisibility and bound violations of relaxed values, in log2 units.
+
+  ``relu(log2(tp pp cp) - log2(pool))`` per role, ``relu(log2 ep -
+  log2(dp cp))``, the engine's ``relu(log2(tp pp) - log2(rollout pool))`` and
+  ``relu(-log2 pool)`` (every pool holds at least one GPU).
+  """
+  lg = lambda name: jnp.log2(jnp.maximum(v[structure.index(name)], 1e-6))
+  total = jnp.zeros((), v.dtype)
+  for p in structure.pools:
+    total = total + jax.nn.relu(-lg(f"pool.{p}"))
+  for role in _LAYOUT_ROLES:
+    if role not in structure.roles:
+      continue
+    g = lg(f"pool.{role_pool(structure.family, role)}")
+    mp = lg(f"{role}.tp") + lg(f"{role}.pp") + lg(f"{role}.cp")
+    total = total + jax.nn.relu(mp - g)
+    total = total + jax.nn.relu(lg(f"{role}.ep") - (g - lg(f"{role}.tp") - lg(f"{role}.pp")))
+  rollout = "all" if structure.family == "colocated" else "gen"
+  total = total + jax.nn.relu(lg("engine.tp") + lg("engine.pp") - lg(f"pool.{rollout}"))
+  return total
