@@ -35,15 +35,13 @@ def pytree_dataclass(cls: type[T]) -> type[T]:
 
 
 def is_concrete(x: Any) -> bool:
-  """True when ``x`` holds concrete numbers that can be checked eagerly."""
-  if isinstance(x, (bool, numbers.Number, np.ndarray, np.generic)):
-    return True
-  if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
-    try:
-      return x.is_fully_addressable
-    except Exception:  # pragma: no cover - defensive
-      return False
-  return False
+  """True when ``x`` holds plain numbers (Python or NumPy) to check eagerly.
+
+  JAX arrays are never checked: JAX rebuilds these dataclasses with arrays of
+  cotangents, batched values or placeholders as leaves (``grad``, ``vmap``,
+  tree utilities), which must not be held to the rules of user input.
+  """
+  return isinstance(x, (bool, numbers.Number, np.ndarray, np.generic))
 
 
 def check_positive(owner: str, **values: Any) -> None:
