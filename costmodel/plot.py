@@ -11,11 +11,11 @@ matplotlib is imported when a function is called; each returns a
 from costmodel._src.plot import error_plot
 from costmodel._src.plot import memory
 from costmodel._src.plot import roofline
-from costmodel._src.plot import roofline_points
 from costmodel._src.plot import scaling
 from costmodel._src.plot import search_trajectory
 from costmodel._src.plot import stage_breakdown
 from costmodel._src.plot import timeline
+from costmodel._src.plot_points import roofline_points
 
 __all__ = (
     "error_plot",

@@ -1,0 +1,252 @@
+"""Export of a plan to OpenRLHF: the argv of ``openrlhf.cli.train_ppo_ray``.
+
+Flag names of OpenRLHF ``openrlhf/cli/train_ppo_ray.py``: the dotted names
+of v0.10.2 and later or the underscore names of v0.9.x-v0.10.1.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import costmodel as cm
+from search._src.export.common import Concrete
+from search._src.export.common import Scalar
+from search._src.export.common import check_batch
+from search._src.export.common import check_recompute
+from search._src.export.common import concrete
+from search._src.export.common import fmt
+from search._src.export.common import node_layouts
+from search._src.export.common import refuse_degrees
+from search._src.export.common import same_degrees
+
+# dotted name (v0.10.2+, commit ed62d0e2) -> underscore name (v0.9.x-v0.10.1)
+_OPENRLHF_LEGACY = {
+    "actor.num_nodes": "actor_num_nodes", "actor.num_gpus_per_node": "actor_num_gpus_per_node",
+    "ref.num_nodes": "ref_num_nodes", "ref.num_gpus_per_node": "ref_num_gpus_per_node",
+    "critic.num_nodes": "critic_num_nodes",
+    "critic.num_gpus_per_node": "critic_num_gpus_per_node",
+    "reward.num_nodes": "reward_num_nodes",
+    "reward.num_gpus_per_node": "reward_num_gpus_per_node",
+    "vllm.num_engines": "vllm_num_engines",
+    "vllm.tensor_parallel_size": "vllm_tensor_parallel_size",
+    "vllm.gpu_memory_utilization": "vllm_gpu_memory_utilization",
+    "vllm.enable_sleep": "vllm_enable_sleep",
+    "vllm.enable_prefix_caching": "enable_prefix_caching",
+    "train.colocate_actor_ref": "colocate_actor_ref",
+    "train.colocate_critic_reward": "colocate_critic_reward",
+    "train.colocate_all": "colocate_all_models",
+    "ds.enable_sleep": "deepspeed_enable_sleep",
+    "ds.zero_stage": "zero_stage", "ds.tensor_parallel_size": "ds_tensor_parallel_size",
+    "ds.ring_attn_size": "ring_attn_size", "ds.adam_offload": "adam_offload",
+    "ds.packing_samples": "packing_samples",
+    "actor.gradient_checkpointing_enable": "gradient_checkpointing",
+    "ref.offload": "ref_reward_offload", "reward.offload": "ref_reward_offload",
+    "rollout.batch_size": "rollout_batch_size",
+    "rollout.n_samples_per_prompt": "n_samples_per_prompt",
+    "rollout.micro_batch_size": "micro_rollout_batch_size",
+    "train.batch_size": "train_batch_size", "train.micro_batch_size": "micro_train_batch_size",
+    "train.max_epochs": "max_epochs", "data.max_len": "max_len",
+    "rollout.max_new_tokens": "max_new_tokens",
+    "algo.advantage.estimator": "advantage_estimator", "algo.kl.init_coef": "init_kl_coef",
+    "algo.dynamic_filtering_enable": "dynamic_filtering",
+    "train.async_enable": "async_train", "train.async_queue_size": "async_queue_size",
+    "train.partial_rollout_enable": "partial_rollout",
+}
+
+_OPENRLHF_ESTIMATOR = {"ppo": "gae", "grpo": "group_norm", "dapo": "group_norm",
+                       "reinforce_pp": "reinforce", "rloo": "rloo"}
+
+
+def _openrlhf_roles(c: Concrete) -> tuple[dict[str, bool], dict[str, str]]:
+  """Colocation flags and the pool of every model, or ValueError."""
+  fw = "OpenRLHF"
+  a_pool, r_pool = c.actor_pool, c.rollout_pool
+  others = {r: c.role_pool[r] for r in ("reference", "critic", "reward") if c.has(r)}
+  flags = {"colocate_all": False, "colocate_actor_ref": False, "colocate_critic_reward": False}
+  away = {r: p for r, p in others.items() if p != a_pool}
+  if c.colocated or any(others.get(r) == a_pool for r in ("critic", "reward")):
+    # Only --train.colocate_all shares the actor's GPUs with the vLLM engines
+    # or with the critic and reward model, and it takes every model along.
+    why = ("the vLLM engines share the actor's GPUs" if c.colocated
+           else "the critic or reward model shares the actor's GPUs")
+    if away:
+      r, p = next(iter(away.items()))
+      raise ValueError(f"{fw}: train.colocate_all: {why} only with --train.colocate_all, which "
+                       f"places every model on the actor's pool {a_pool!r}, but {r} is on {p!r}")
+    if not c.colocated and c.staleness == 0:
+      raise ValueError(f"{fw}: train.colocate_all: {why} only with --train.colocate_all, which in "
+                       "a synchronous run also places the vLLM engines there, but the rollout is "
+                       f"on its own pool {r_pool!r}; make the plan asynchronous or move the role")
+    flags["colocate_all"] = True
+    return flags, others
+  flags["colocate_actor_ref"] = others.get("reference") == a_pool
+  if "critic" in away and "reward" in away and away["critic"] == away["reward"]:
+    flags["colocate_critic_reward"] = True
+    del away["reward"]
+  seen = {a_pool: "actor", r_pool: "the vLLM engines"}
+  for r, p in away.items():
+    if p in seen:
+      raise ValueError(f"{fw}: {r} on pool {p!r} shares it with {seen[p]}; OpenRLHF's colocation "
+                       "flags (train.colocate_actor_ref, train.colocate_critic_reward, "
+                       "train.colocate_all) cannot express that sharing")
+    seen[p] = r
+  return flags, others
+
+
+def to_openrlhf(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
+                flag_style: str = "dotted") -> list[str]:
+  """The argv of ``python3 -m openrlhf.cli.train_ppo_ray`` that runs ``plan``.
+
+  Every model is a Ray group of ``num_nodes x num_gpus_per_node`` GPUs with
+  one DeepSpeed setting (``--ds.*``) for all of them; vLLM engines fill the
+  rollout pool (``num_engines = pool / tensor_parallel_size``). Colocation
+  follows the plan: ``--train.colocate_all`` when the engines (synchronous)
+  or the critic and reward model share the actor's pool,
+  ``--train.colocate_actor_ref``, ``--train.colocate_critic_reward``.
+  ``--rollout.batch_size`` counts prompts, ``--train.batch_size`` samples per
+  optimizer step. ``offload`` maps to ``--ds.adam_offload`` (optimizer state
+  in host memory; DeepSpeed keeps the training parameters on the GPU).
+  Asynchronous plans use ``--train.async_queue_size = staleness``: the
+  generator runs at most that many batches ahead of training.
+
+  Args:
+    plan: A concrete (rounded) plan.
+    job: The RL job.
+    cluster: The cluster.
+    flag_style: ``dotted`` (v0.10.2 and later) or ``legacy`` (underscore names
+      of v0.9.x-v0.10.1).
+
+  Returns:
+    A list of arguments; pass it to :func:`openrlhf_command`.
+
+  Raises:
+    ValueError: naming the setting when OpenRLHF cannot express the plan:
+      pipeline or expert parallelism in training (DeepSpeed), vLLM pipeline or
+      expert parallelism, selective recompute, layouts or micro-batches that
+      differ between models (one ``--ds.*`` and one micro-batch per phase),
+      placements its colocation flags cannot express, ReMax, pools that are
+      not uniform per node, batches that do not split over the ranks.
+
+  References:
+    OpenRLHF ``openrlhf/cli/train_ppo_ray.py`` (dotted names from commit
+    ed62d0e2, v0.10.2; the ``colocate_all`` and sample-batch assertions).
+  """
+  if flag_style not in ("dotted", "legacy"):
+    raise ValueError(f"to_openrlhf: flag_style={flag_style!r} is not one of ('dotted', 'legacy')")
+  fw = "OpenRLHF"
+  c = concrete(plan, job, cluster, fw)
+  if c.algorithm not in _OPENRLHF_ESTIMATOR:
+    raise ValueError(f"{fw}: algorithm={c.algorithm!r} has no algo.advantage.estimator (gae, "
+                     "reinforce, rloo, reinforce_baseline, group_norm, dr_grpo)")
+  actor = c.train["actor"]
+  refuse_degrees(fw, "actor.train", actor, ("pp", "vpp", "ep"),
+                 "OpenRLHF trains with DeepSpeed (ZeRO, AutoTP, ring attention), which has no "
+                 "pipeline or expert parallelism")
+  check_recompute(fw, "actor.train", actor, "--actor.gradient_checkpointing_enable")
+  e = c.engine
+  refuse_degrees(fw, "engine", e, ("pp", "ep"),
+                 "OpenRLHF's vLLM engines take only tensor_parallel_size")
+  same_degrees(fw, "actor", actor, c.infer["actor"],
+               "OpenRLHF computes old log-probs with the actor's DeepSpeed layout")
+  # One --ds.* layout for every model, one micro-batch per phase.
+  for role, phase in (("critic", "train"), ("critic", "infer"), ("reference", "infer"),
+                      ("reward", "infer")):
+    if not c.has(role):
+      continue
+    lay = getattr(c, phase)[role]
+    names = ("tp", "pp", "cp", "ep", "vpp") + (("zero_stage", "offload", "recompute")
+                                               if phase == "train" else ())
+    for name in names:
+      if getattr(lay, name) != getattr(actor, name):
+        raise ValueError(f"{fw}: {role}.{phase}.{name}={getattr(lay, name)} differs from "
+                         f"actor.train.{name}={getattr(actor, name)}; OpenRLHF applies one "
+                         "--ds.* setting to every model")
+  micro = {"train": actor.micro_batch, "infer": c.infer["actor"].micro_batch}
+  for role in ("critic", "reference", "reward"):
+    for phase in ("train", "infer"):
+      lay = getattr(c, phase).get(role) if c.has(role) else None
+      if lay is not None and lay.micro_batch != micro[phase]:
+        key = "train.micro_batch_size" if phase == "train" else "rollout.micro_batch_size"
+        raise ValueError(f"{fw}: {role}.{phase}.micro_batch={lay.micro_batch} differs from the "
+                         f"actor's {micro[phase]}; OpenRLHF has one --{key} for every model")
+  if flag_style == "legacy" and c.has("reference") and c.has("reward"):
+    if c.infer["reference"].offload != c.infer["reward"].offload:
+      raise ValueError(f"{fw}: reference.infer.offload and reward.infer.offload differ; the "
+                       "legacy flags have one --ref_reward_offload for both")
+
+  flags, others = _openrlhf_roles(c)
+  placed = {c.actor_pool: c.pools[c.actor_pool], c.rollout_pool: c.pools[c.rollout_pool]}
+  placed.update({p: c.pools[p] for p in others.values()})
+  nodes = node_layouts(placed, cluster, fw)
+
+  actor_gpus = c.pools[c.actor_pool]
+  if flags["colocate_all"] and c.staleness == 0:
+    if actor_gpus != c.replicas() * e.tp:
+      raise ValueError(f"{fw}: train.colocate_all needs actor GPUs ({actor_gpus}) == "
+                       f"vllm.num_engines x vllm.tensor_parallel_size ({c.replicas()} x {e.tp})")
+  args: list[tuple[str, Scalar | None]] = []  # (dotted name, value or None for a flag)
+  for role, key in (("actor", "actor"), ("reference", "ref"), ("critic", "critic"),
+                    ("reward", "reward")):
+    if role == "actor" or c.has(role):
+      nn, g = nodes[c.role_pool[role]]
+      args += [(f"{key}.num_nodes", nn), (f"{key}.num_gpus_per_node", g)]
+  args += [("vllm.num_engines", c.replicas()), ("vllm.tensor_parallel_size", e.tp),
+           ("vllm.gpu_memory_utilization", e.memory_fraction)]
+  if e.prefix_caching:
+    args.append(("vllm.enable_prefix_caching", None))
+  for name in ("colocate_all", "colocate_actor_ref", "colocate_critic_reward"):
+    if flags[name]:
+      args.append((f"train.{name}", None))
+  if flags["colocate_all"] and c.staleness == 0:
+    args += [("vllm.enable_sleep", None), ("ds.enable_sleep", None)]
+  args += [("ds.zero_stage", actor.zero_stage), ("ds.tensor_parallel_size", actor.tp),
+           ("ds.ring_attn_size", actor.cp)]
+  if actor.cp > 1:
+    args.append(("ds.packing_samples", None))  # ring attention runs on packed samples
+  if actor.offload:
+    args.append(("ds.adam_offload", None))
+  if actor.recompute == 2:
+    args.append(("actor.gradient_checkpointing_enable", None))
+  for role, key in (("reference", "ref.offload"), ("reward", "reward.offload")):
+    if c.has(role) and c.infer[role].offload:
+      args.append((key, None))
+
+  dp = actor_gpus // (actor.tp * actor.cp)
+  samples = c.prompts * c.n
+  mini = c.mini_batch_prompts("train.batch_size", fw) * c.n
+  check_batch(fw, "train.batch_size", mini, dp, actor.micro_batch, "train.micro_batch_size")
+  if samples // micro["infer"] < dp:
+    raise ValueError(f"{fw}: rollout.micro_batch_size={micro['infer']} leaves "
+                     f"{samples // micro['infer']} micro-batches for {dp} actor processes "
+                     "(OpenRLHF asserts at least one each)")
+  args += [("rollout.batch_size", c.prompts), ("rollout.n_samples_per_prompt", c.n),
+           ("rollout.micro_batch_size", micro["infer"]), ("train.batch_size", mini),
+           ("train.micro_batch_size", actor.micro_batch), ("train.max_epochs", c.ppo_epochs),
+           ("data.max_len", c.prompt_len + c.max_response),
+           ("rollout.max_new_tokens", c.max_response),
+           ("algo.advantage.estimator", _OPENRLHF_ESTIMATOR[c.algorithm])]
+  if not c.use_reference:
+    args.append(("algo.kl.init_coef", 0.0))  # no reference model is created
+  if c.algorithm == "dapo":
+    args.append(("algo.dynamic_filtering_enable", None))
+  if c.staleness > 0:
+    args += [("train.async_enable", None), ("train.async_queue_size", c.staleness)]
+    if c.partial_rollout:
+      args.append(("train.partial_rollout_enable", None))
+
+  argv: list[str] = []
+  seen = set()
+  for name, value in args:
+    flag = "--" + (_OPENRLHF_LEGACY[name] if flag_style == "legacy" else name)
+    if flag in seen:  # --ref_reward_offload covers both models
+      continue
+    seen.add(flag)
+    argv.append(flag)
+    if value is not None:
+      argv.append(fmt(value))
+  return argv
+
+
+def openrlhf_command(argv: list[str]) -> str:
+  """``python3 -m openrlhf.cli.train_ppo_ray ...``, quoted with :func:`shlex.join`."""
+  return shlex.join(["python3", "-m", "openrlhf.cli.train_ppo_ray", *argv])
