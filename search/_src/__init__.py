@@ -1,0 +1,1 @@
+"""Implementation of the layout search (private; use the ``search`` package)."""

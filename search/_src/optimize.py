@@ -191,9 +191,19 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
     reason = (f"no feasible plan in families {', '.join(r.fs.family for r in runs)}; the "
               f"least-bad ({run.fs.family}): " + "; ".join(reasons))
     return SearchResult(None, None, None, (), (), bound, best_by, history,
-                        time.perf_counter() - t0, evaluations + run.ev.count - run.ev.count,
-                        reason)
-  chosen = feasible[:top_k]
+                        time.perf_counter() - t0, sum(r.ev.count for r in runs), reason)
+  # Distinct plans: variables that do not change the step time (a memory
+  # fraction on a pool with room to spare, an unused offload) give ties;
+  # keep the first of each.
+  chosen, seen = [], set()
+  for k, i in feasible:
+    key = (k, float(np.float32(runs[k].ranked.step_time_s[i])))
+    if key in seen:
+      continue
+    seen.add(key)
+    chosen.append((k, i))
+    if len(chosen) == top_k:
+      break
   top, top_fams = [], []
   for k in sorted({k for k, _ in chosen}):
     run = runs[k]
@@ -209,4 +219,5 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
   return SearchResult(best_plan=plans[0][0], best_estimate=plans[0][1], family=top_fams[0],
                       top=plans, top_families=top_fams, relaxed_bound_s=bound,
                       best_by_family_s=best_by, history=history,
-                      wall_time_s=time.perf_counter() - t0, evaluations=evaluations)
+                      wall_time_s=time.perf_counter() - t0,
+                      evaluations=sum(r.ev.count for r in runs))

@@ -185,6 +185,33 @@ def _run(static, cfg, job, cluster, eff, x0, lo, hi, trainable):
   return x_last, values, step, penalty, history
 
 
+@functools.partial(jax.jit, static_argnames=("static",), compiler_options=_FAST_COMPILE)
+def _value_and_grad(static, job, cluster, eff, x, tau, weight):
+  fs_static = (static.fs.structure, static.fs)
+  f = lambda xx, t: _objective(fs_static, job, cluster, eff, xx, t, weight)
+  (loss, (step, penalty)), grad = jax.vmap(jax.value_and_grad(f, has_aux=True))(x, tau)
+  return loss, step, penalty, grad
+
+
+def objective_and_grad(fs: space_lib.FamilySpace, eff: cm.Efficiency, x: np.ndarray,
+                       tau: np.ndarray, weight: float = 1.0):
+  """The relaxed objective of a batch of parameter vectors and its gradient.
+
+  Args:
+    fs: The family space (its job and cluster are used).
+    eff: Efficiency parameters.
+    x: [n, V] relaxed parameters.
+    tau: [n] smoothing temperatures (> 0).
+    weight: Penalty weight.
+
+  Returns:
+    numpy ``(objective [n], step_time_s [n], penalty [n], grad [n, V])``.
+  """
+  out = _value_and_grad(_Static(fs), fs.job, fs.cluster, eff, jnp.asarray(x, jnp.float32),
+                        jnp.asarray(tau, jnp.float32), jnp.float32(weight))
+  return tuple(np.asarray(a) for a in out)
+
+
 def shard_starts(*arrays: np.ndarray):
   """Places arrays with a leading starts axis on a 1-D mesh of all devices.
 

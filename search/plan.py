@@ -1,0 +1,84 @@
+"""Plans the GPU layout of an RL post-training job.
+
+With no flags: GRPO on Qwen2.5-7B, prompts of 1,024 tokens, responses of mean
+2,000 and max 8,192 tokens, 512 prompts x 8 samples, on 8 nodes x 8 H100.
+Prints the top plans, the best plan's stage breakdown and the rules of thumb;
+``--out`` writes the best plan as JSON. Exits with status 1 when no layout
+fits, naming the stage that does not.
+
+  rlcost-plan --model llama-3.1-8b --nodes 4 --algorithm ppo --out plan.json
+  python -m search.plan --starts 8 --steps 30 --families split
+"""
+
+from __future__ import annotations
+
+import sys
+
+from absl import app
+from absl import flags
+
+import costmodel as cm
+import search
+from search._src import report
+
+_MODEL = flags.DEFINE_string("model", "qwen2.5-7b", "Model preset (costmodel.models.names()).")
+_CONFIG_JSON = flags.DEFINE_string(
+    "config_json", None, "Hugging Face config.json of the model (overrides --model).")
+_REWARD_MODEL = flags.DEFINE_string(
+    "reward_model", None, "Reward-model preset (default: a rule-based reward on CPU).")
+_GPU = flags.DEFINE_string("gpu", "H100", "Accelerator preset.")
+_NODES = flags.DEFINE_integer("nodes", 8, "Nodes.")
+_GPUS_PER_NODE = flags.DEFINE_integer("gpus_per_node", 8, "GPUs per node.")
+_ALGORITHM = flags.DEFINE_string("algorithm", "grpo", "ppo, grpo, dapo, reinforce_pp, rloo, remax.")
+_PROMPT_LEN = flags.DEFINE_float("prompt_len", 1024, "Prompt tokens.")
+_RESPONSE_MEAN = flags.DEFINE_float("response_mean", 2000, "Mean response tokens.")
+_RESPONSE_MAX = flags.DEFINE_float("response_max", 8192, "Longest response tokens.")
+_PROMPTS = flags.DEFINE_float("prompts", 512, "Prompts per step.")
+_SAMPLES = flags.DEFINE_float("samples", 8, "Samples per prompt.")
+_FAMILIES = flags.DEFINE_list("families", None, f"Families to search ({', '.join(search.FAMILIES)}).")
+_STARTS = flags.DEFINE_integer("starts", 64, "Random starts per family.")
+_STEPS = flags.DEFINE_integer("steps", 200, "Relaxed optimisation steps.")
+_SEED = flags.DEFINE_integer("seed", 0, "Random seed.")
+_TOP_K = flags.DEFINE_integer("top_k", 5, "Plans to print.")
+_OUT = flags.DEFINE_string("out", None, "Write the best plan as JSON to this path.")
+_CACHE = flags.DEFINE_string(
+    "compilation_cache_dir", None,
+    "Persistent JAX compilation cache (later runs of the same job shape skip compilation).")
+
+
+def main(argv) -> int:
+  del argv
+  if _CACHE.value:
+    import jax  # pylint: disable=g-import-not-at-top
+    jax.config.update("jax_compilation_cache_dir", _CACHE.value)
+  actor = (cm.ModelSpec.from_hf_config(_CONFIG_JSON.value) if _CONFIG_JSON.value
+           else cm.models.get(_MODEL.value))
+  job = cm.RLJob(
+      _ALGORITHM.value, actor, prompts_per_step=_PROMPTS.value,
+      samples_per_prompt=_SAMPLES.value, prompt_len=_PROMPT_LEN.value,
+      response=cm.ResponseLength.from_mean_max(_RESPONSE_MEAN.value, _RESPONSE_MAX.value),
+      reward_model=cm.models.get(_REWARD_MODEL.value) if _REWARD_MODEL.value else None)
+  cluster = cm.Cluster(cm.hardware.get(_GPU.value), gpus_per_node=_GPUS_PER_NODE.value,
+                       nodes=_NODES.value)
+  print(report.format_job(job, cluster), flush=True)
+  result = search.optimize(job, cluster, families=_FAMILIES.value, starts=_STARTS.value,
+                           steps=_STEPS.value, seed=_SEED.value, top_k=_TOP_K.value,
+                           progress=True)
+  rules = search.rules_of_thumb(job, cluster) if result.feasible else ()
+  print(report.format_result(result, rules), flush=True)
+  if not result.feasible:
+    print(f"no layout fits: {result.infeasible_reason}", file=sys.stderr)
+    return 1
+  if _OUT.value:
+    search.write_plan(_OUT.value, result.best_plan, result.best_estimate, result.family)
+    print(f"wrote {_OUT.value}")
+  return 0
+
+
+def run():
+  """Console entry point (``rlcost-plan``)."""
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()
