@@ -41,7 +41,7 @@ def main(argv):
   # Runs the model reports infeasible (a published config that needs what the
   # model does not capture, e.g. LoRA) stay in the table but out of the fit.
   rows = cm.validation.evaluate(cases)
-  finite = [c for c, r in zip(cases, rows) if np.isfinite(r.predicted)
+  finite = [c for c, r in zip(cases, rows, strict=True) if np.isfinite(r.predicted)
             and abs(r.error) < 10]
   fit, held = cm.split_cases(finite, _HOLDOUT.value, seed=_SEED.value)
   result = cm.calibrate(fit, held, steps=_STEPS.value)

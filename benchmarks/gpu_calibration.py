@@ -78,18 +78,21 @@ KV cache read and write), activations excluded.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from collections.abc import Sequence
 import dataclasses
 import datetime
 import json
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
 from typing import Any
 
+from absl import app
+from absl import flags
+from absl import logging
 import jax
 import jax.numpy as jnp
-from absl import app, flags, logging
 
 _SCHEMA_VERSION = 1
 _DTYPE = jnp.bfloat16

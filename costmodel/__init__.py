@@ -9,8 +9,8 @@ from costmodel import hardware
 from costmodel import models
 from costmodel import plot
 from costmodel import validation
-from costmodel._src.calibrate import calibrate
 from costmodel._src.calibrate import CalibrationResult
+from costmodel._src.calibrate import calibrate
 from costmodel._src.calibrate import split_cases
 from costmodel._src.cluster import Cluster
 from costmodel._src.collectives import collective_time
@@ -21,12 +21,12 @@ from costmodel._src.job import ResponseLength
 from costmodel._src.job import RLJob
 from costmodel._src.layout import Engine
 from costmodel._src.layout import Parallel
+from costmodel._src.measurements import StageTimes
 from costmodel._src.measurements import published_table
 from costmodel._src.measurements import read_verl_log
-from costmodel._src.measurements import StageTimes
 from costmodel._src.measurements import steady_state
-from costmodel._src.microbench import fit_microbenchmarks
 from costmodel._src.microbench import MicrobenchFit
+from costmodel._src.microbench import fit_microbenchmarks
 from costmodel._src.model import ModelSpec
 from costmodel._src.plan import Mode
 from costmodel._src.plan import Plan

@@ -8,10 +8,10 @@ True
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
-from costmodel._src.validation.cases import Case
 from costmodel._src.validation.cases import SKIPPED
+from costmodel._src.validation.cases import Case
 from costmodel._src.validation.report import Row
 from costmodel._src.validation.report import evaluate
 from costmodel._src.validation.report import markdown

@@ -129,9 +129,9 @@ def _synthetic_microbench(hw, eff):
   mm_a = np.array([[r["m"], r["n"], r["k"], 1.0] for r in mm])
   hb_a = np.array([[r["bytes_moved"], 1.0] for r in hb])
   t_mm, t_hb = microbench._predict(hw, eff, mm_a, hb_a)
-  for r, t in zip(mm, np.asarray(t_mm)):
+  for r, t in zip(mm, np.asarray(t_mm), strict=True):
     r["seconds"] = float(t)
-  for r, t in zip(hb, np.asarray(t_hb)):
+  for r, t in zip(hb, np.asarray(t_hb), strict=True):
     r["seconds"] = float(t)
   return {"device": {"device_kind": "synthetic"}, "date": "2026-11-30", "matmul": mm,
           "hbm": hb}

@@ -1,17 +1,15 @@
 """Tests for the published-table and veRL-log readers."""
 
-import json
 from importlib import resources
+import json
 
 import pytest
 
 from costmodel._src import measurements
-from costmodel._src.measurements import (
-    StageTimes,
-    published_table,
-    read_verl_log,
-    steady_state,
-)
+from costmodel._src.measurements import StageTimes
+from costmodel._src.measurements import published_table
+from costmodel._src.measurements import read_verl_log
+from costmodel._src.measurements import steady_state
 
 
 def _packaged(filename):

@@ -15,8 +15,9 @@ turns negative). Held-out cases are predicted before and after the fit.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import dataclasses
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp

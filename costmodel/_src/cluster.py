@@ -51,5 +51,5 @@ class Cluster:
   def n_gpus(self) -> int:
     return self.gpus_per_node * self.nodes
 
-  def replace(self, **changes) -> "Cluster":
+  def replace(self, **changes) -> Cluster:
     return dataclasses.replace(self, **changes)

@@ -88,7 +88,7 @@ class Estimate:
            "depth_s": float(np.asarray(self.depth_s)[..., i]),
            "memory_bytes": float(np.asarray(self.memory_bytes)[..., i, :].sum()),
            "memory_limit_bytes": float(np.asarray(self.memory_limit_bytes)[..., i])}
-    out.update({f"{p}_s": float(v) for p, v in zip(PARTS, parts)})
+    out.update({f"{p}_s": float(v) for p, v in zip(PARTS, parts, strict=True)})
     return out
 
   @property
@@ -108,7 +108,8 @@ class Estimate:
     for i, name in enumerate(self.stage_names):
       need = mem[i].sum()
       if need > lim[i] * (1 + 1e-6):
-        parts = ", ".join(f"{p} {v / _GIB:.1f}" for p, v in zip(MEMORY_PARTS, mem[i]) if v > 0)
+        parts = ", ".join(f"{p} {v / _GIB:.1f}"
+                          for p, v in zip(MEMORY_PARTS, mem[i], strict=True) if v > 0)
         out.append(f"stage {name!r} on pool {self.stage_pools[i]!r} needs "
                    f"{need / _GIB:.1f} GiB per GPU ({parts}) but {lim[i] / _GIB:.1f} GiB "
                    f"are available: short by {(need - lim[i]) / _GIB:.1f} GiB")
@@ -145,10 +146,11 @@ class Estimate:
     lines.append("")
     for j, p in enumerate(self.pool_names):
       lines.append(f"pool {p:<8} {float(self.pool_gpus[j]):>6.0f} GPUs  busy "
-                   f"{float(self.pool_busy_s[j]):>8.1f} s  idle {float(self.pool_idle_s[j]):>8.1f} s")
+                   f"{float(self.pool_busy_s[j]):>8.1f} s  "
+                   f"idle {float(self.pool_idle_s[j]):>8.1f} s")
     for v in (self.violations if not bool(np.asarray(self.feasible)) else ()):
       lines.append("INFEASIBLE: " + v)
     return "\n".join(lines)
 
-  def replace(self, **changes) -> "Estimate":
+  def replace(self, **changes) -> Estimate:
     return dataclasses.replace(self, **changes)

@@ -77,7 +77,7 @@ class Hardware:
     """Arithmetic intensity where compute and HBM time are equal (at peak)."""
     return self.peak_flops_per_s / self.hbm_bandwidth_bytes_per_s
 
-  def replace(self, **changes) -> "Hardware":
+  def replace(self, **changes) -> Hardware:
     return dataclasses.replace(self, **changes)
 
 

@@ -27,10 +27,10 @@ which ones, which is all the parameter and FLOP counts depend on.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 import json
 import os
 import pathlib
-from collections.abc import Mapping
 from typing import Any
 
 from costmodel._src.model import ModelSpec

@@ -40,7 +40,7 @@ class ResponseLength:
 
   @classmethod
   def from_mean_max(cls, mean: float, max_len: float,
-                    bins: int | None = None) -> "ResponseLength":
+                    bins: int | None = None) -> ResponseLength:
     """A length distribution with the given mean and maximum.
 
     ``bins=None`` picks ``max(16, ceil(2 * max_len / mean))`` (at most 256) for
@@ -89,7 +89,7 @@ class ResponseLength:
     return cls(knots=jnp.concatenate([head, max_len[None]]))
 
   @classmethod
-  def from_samples(cls, lengths, bins: int = 16) -> "ResponseLength":
+  def from_samples(cls, lengths, bins: int = 16) -> ResponseLength:
     """Equal-mass bins from observed lengths (bin means; the last knot is the max)."""
     x = np.sort(np.asarray(lengths, dtype=float))
     if x.ndim != 1 or x.size == 0 or np.any(x <= 0):
@@ -100,7 +100,7 @@ class ResponseLength:
     # keep the total exact while putting the longest response at the end
     knots[-1] = x[-1]
     knots[:-1] *= max(x.sum() - parts[-1].size * x[-1], 1.0) / max(
-        sum(p.size * k for p, k in zip(parts[:-1], knots[:-1])), 1.0)
+        sum(p.size * k for p, k in zip(parts[:-1], knots[:-1], strict=True)), 1.0)
     weights = np.array([p.size for p in parts], dtype=float)
     # Equal-mass approximation: bins differ by at most one sample.
     del weights
@@ -227,5 +227,5 @@ class RLJob:
     """Weights + gradients + optimizer state per parameter (16 for Adam)."""
     return self.param_bytes + self.grad_bytes + self.optimizer_bytes
 
-  def replace(self, **changes) -> "RLJob":
+  def replace(self, **changes) -> RLJob:
     return dataclasses.replace(self, **changes)

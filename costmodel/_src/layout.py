@@ -83,7 +83,7 @@ class Parallel:
     """GPUs of one model replica: tp * pp * cp."""
     return self.tp * self.pp * self.cp
 
-  def replace(self, **changes) -> "Parallel":
+  def replace(self, **changes) -> Parallel:
     return dataclasses.replace(self, **changes)
 
 
@@ -114,5 +114,5 @@ class Engine:
     _check_degrees("Engine", tp=self.tp, pp=self.pp, ep=self.ep, max_seqs=self.max_seqs)
     pytree.check_fraction("Engine", memory_fraction=self.memory_fraction)
 
-  def replace(self, **changes) -> "Engine":
+  def replace(self, **changes) -> Engine:
     return dataclasses.replace(self, **changes)

@@ -64,15 +64,16 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from collections.abc import Sequence
 import csv
 import dataclasses
+from importlib import resources
 import io
 import json
 import math
 import os
 import types
-from collections.abc import Mapping, Sequence
-from importlib import resources
 
 import numpy as np
 
@@ -190,7 +191,7 @@ def _parse_table(
                 f"{source} line {line}: row has {len(row)} fields, header has "
                 f"{len(header)}"
             )
-        record = dict(zip(header, row))
+        record = dict(zip(header, row, strict=False))
         row_id = record.get("id")
         if row_id is not None:
             if row_id in seen_ids:
@@ -396,7 +397,7 @@ def _parse_csv(name: str, text: str) -> list[tuple[int, StageTimes]]:
     columns = [cell.strip().rpartition(" - ")[2] for cell in header]
     wanted = set(_VERL_KEYS) | set(_STEP_KEYS)
     seen: dict[str, str] = {}
-    for raw, column in zip(header, columns):
+    for raw, column in zip(header, columns, strict=False):
         if column in wanted:
             if column in seen:
                 raise ValueError(
@@ -424,7 +425,7 @@ def _parse_csv(name: str, text: str) -> list[tuple[int, StageTimes]]:
                 f"{name} line {line}: row has {len(row)} fields, header has "
                 f"{len(header)}"
             )
-        fields = {c: cell for c, cell in zip(columns, row) if c in wanted}
+        fields = {c: cell for c, cell in zip(columns, row, strict=False) if c in wanted}
         record = _record(name, line, fields, fields, from_text=True)
         if record is not None:
             numbered.append((line, record))

@@ -274,7 +274,7 @@ class ModelSpec:
     return float(self.n_layers * per * bytes_per_element)
 
   @classmethod
-  def from_hf_config(cls, config) -> "ModelSpec":
+  def from_hf_config(cls, config) -> ModelSpec:
     """Builds a spec from a Hugging Face ``config.json`` (a path or a dict).
 
     Reads Llama, Qwen2/2.5/3, Qwen3-MoE, Mixtral, DeepSeek-V3 and OPT key
@@ -287,5 +287,5 @@ class ModelSpec:
     from costmodel._src import hf_config  # pylint: disable=g-import-not-at-top
     return hf_config.from_hf_config(config)
 
-  def replace(self, **changes) -> "ModelSpec":
+  def replace(self, **changes) -> ModelSpec:
     return dataclasses.replace(self, **changes)

@@ -16,7 +16,8 @@ import numpy as np
 from costmodel._src import pytree
 from costmodel._src.cluster import Cluster
 from costmodel._src.job import RLJob
-from costmodel._src.layout import Engine, Parallel
+from costmodel._src.layout import Engine
+from costmodel._src.layout import Parallel
 from costmodel._src.model import ModelSpec
 
 ROLES = ("actor", "reference", "critic", "reward")
@@ -140,7 +141,7 @@ class Plan:
     r = self.role(role)
     return r is not None and r.pool == self.rollout_pool
 
-  def replace(self, **changes) -> "Plan":
+  def replace(self, **changes) -> Plan:
     return dataclasses.replace(self, **changes)
 
   # ----- convenience constructors -----------------------------------------
@@ -148,7 +149,7 @@ class Plan:
   @classmethod
   def colocated(cls, job: RLJob, cluster: Cluster, train: Parallel | None = None,
                 engine: Engine | None = None, infer: Parallel | None = None,
-                critic: Parallel | None = None, mode: Mode | None = None) -> "Plan":
+                critic: Parallel | None = None, mode: Mode | None = None) -> Plan:
     """Every role and the engines on one pool of the whole cluster (veRL's
     hybrid engine, DeepSpeed-Chat)."""
     train = train if train is not None else Parallel()
@@ -167,7 +168,7 @@ class Plan:
   @classmethod
   def split(cls, job: RLJob, cluster: Cluster, gen_gpus: int, train: Parallel | None = None,
             engine: Engine | None = None, infer: Parallel | None = None,
-            critic: Parallel | None = None, mode: Mode | None = None) -> "Plan":
+            critic: Parallel | None = None, mode: Mode | None = None) -> Plan:
     """Generation on its own pool of ``gen_gpus``; every other role on the rest
     (OpenRLHF, one-step-off-policy and fully asynchronous recipes)."""
     n = cluster.n_gpus

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from typing import Any, TypeVar
+from typing import Any
+from typing import TypeVar
 
 import jax
 import numpy as np

@@ -30,7 +30,7 @@ class Memory(NamedTuple):
     return sum(self)
 
   @classmethod
-  def zeros(cls) -> "Memory":
+  def zeros(cls) -> Memory:
     z = jnp.zeros(())
     return cls(z, z, z, z, z, z, z)
 
@@ -114,8 +114,8 @@ def pass_time(work: ForwardWork, flop_multiplier, cluster: Cluster, eff: Efficie
       "all_to_all", work.ep_bytes, ep, domain, hw, eff, tau)
   # CP ring: (cp - 1) hops of the local KV chunk per layer, hidden behind the
   # attention core where it is longer.
+  link = hw.scaleup_bandwidth_bytes_per_s * hw.scaleup_efficiency * eff.link_efficiency
   ring = work.layers * collective_multiplier * collectives.flat_time(
-      "p2p", work.cp_bytes, 2.0, hw.scaleup_bandwidth_bytes_per_s * hw.scaleup_efficiency * eff.link_efficiency,
-      hw.scaleup_latency_s) * (jnp.asarray(cp, float) - 1.0)
+      "p2p", work.cp_bytes, 2.0, link, hw.scaleup_latency_s) * (jnp.asarray(cp, float) - 1.0)
   cp_exposed = jnp.maximum(ring - attn_s, 0.0)
   return PassTime(mm.compute_s + attn_s, mm.memory_s + elem_s, tp_s + ep_s + cp_exposed)

@@ -22,7 +22,6 @@ reading the stage's weights again.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
 from costmodel._src import collectives

@@ -30,7 +30,8 @@ from costmodel._src import smooth
 from costmodel._src.cluster import Cluster
 from costmodel._src.efficiency import Efficiency
 from costmodel._src.job import RLJob
-from costmodel._src.layout import Engine, Parallel
+from costmodel._src.layout import Engine
+from costmodel._src.layout import Parallel
 from costmodel._src.model import ModelSpec
 from costmodel._src.stages import common
 

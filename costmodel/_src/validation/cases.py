@@ -13,18 +13,20 @@ the case's ``note``; cases whose missing fields cannot be bounded are left out
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax.numpy as jnp
 
 from costmodel._src import collectives
 from costmodel._src import hardware as hw_lib
-from costmodel._src import layers
 from costmodel._src import roofline
 from costmodel._src.cluster import Cluster
 from costmodel._src.efficiency import Efficiency
-from costmodel._src.job import ResponseLength, RLJob
-from costmodel._src.layout import Engine, Parallel
+from costmodel._src.job import ResponseLength
+from costmodel._src.job import RLJob
+from costmodel._src.layout import Engine
+from costmodel._src.layout import Parallel
 from costmodel._src.model import ModelSpec
 from costmodel._src.stages import generate as gen_lib
 from costmodel._src.stages import train as train_lib
@@ -154,7 +156,7 @@ def training_cases() -> list[Case]:
 
 def memory_cases() -> list[Case]:
   cases = []
-  for (rid, none_gib, sel_gib), spec in zip(_MEMORY, _KORTHIKANTI):
+  for (rid, none_gib, sel_gib), spec in zip(_MEMORY, _KORTHIKANTI, strict=True):
     _, _, name, nl, h, a, tp, pp, b, mb, v, _, _ = spec
     model = _gpt(name, nl, h, a)
 

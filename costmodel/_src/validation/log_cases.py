@@ -8,8 +8,8 @@ become :class:`Case` objects predicted by :func:`costmodel.estimate` for the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import os
-from typing import Sequence
 
 from costmodel._src import measurements
 from costmodel._src.cluster import Cluster

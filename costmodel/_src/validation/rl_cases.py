@@ -24,7 +24,7 @@ them:
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import jax.numpy as jnp
 
@@ -32,9 +32,14 @@ from costmodel._src import hardware as hw_lib
 from costmodel._src import model_presets
 from costmodel._src.cluster import Cluster
 from costmodel._src.efficiency import Efficiency
-from costmodel._src.job import ResponseLength, RLJob
-from costmodel._src.layout import Engine, Parallel
-from costmodel._src.plan import Mode, Plan, Pool, RolePlan
+from costmodel._src.job import ResponseLength
+from costmodel._src.job import RLJob
+from costmodel._src.layout import Engine
+from costmodel._src.layout import Parallel
+from costmodel._src.plan import Mode
+from costmodel._src.plan import Plan
+from costmodel._src.plan import Pool
+from costmodel._src.plan import RolePlan
 from costmodel._src.step import estimate
 from costmodel._src.validation.cases import Case
 
