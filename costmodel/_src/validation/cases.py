@@ -221,6 +221,12 @@ _GPT13B = ModelSpec(name="gpt-13b", n_layers=40, hidden=5120, n_heads=40, n_kv_h
                     tied_embeddings=True, linear_bias=True, learned_positions=2048)
 
 
+# Mistral-7B-v0.3 (mistralai/Mistral-7B-Instruct-v0.3 config.json): 32 layers,
+# width 4,096, 32 heads, 8 KV heads, SwiGLU 14,336, vocabulary 32,768.
+_MISTRAL7B = ModelSpec(name="mistral-7b-v0.3", n_layers=32, hidden=4096, n_heads=32,
+                       n_kv_heads=8, head_dim=128, ffn_hidden=14336, vocab=32768)
+
+
 def _a100_40gb():
   # A100-40GB SXM: 1,555 GB/s HBM2, 40 GB; otherwise as the 80 GB part.
   return hw_lib.get("A100-80GB").replace(name="A100-40GB", hbm_bytes=40 * GIB,
@@ -255,6 +261,31 @@ def decode_cases() -> list[Case]:
     cases.append(Case(f"training_inference:{rid_dec}", "decode",
                       f"FasterTransformer GPT-13B decode batch 1, TP{tp} (A100-40GB)", dec_ms,
                       "ms/token", dec))
+  # vLLM v0.5.4 serving benchmark, Mistral-7B-Instruct-v0.3 BF16, one GPU: the
+  # running batch follows from Little's law (output tokens/s x inter-token
+  # latency); the decode step at that batch is predicted.
+  for rid, hw_name, tput, itl_ms in ((57, "H100", 3281.19, 27.23),
+                                     (58, "A100-80GB", 1591.4, 56.51)):
+    batch = tput * itl_ms / 1e3
+    cluster = Cluster(hw_lib.get(hw_name), 8, 1)
+    job = RLJob("grpo", _MISTRAL7B, prompts_per_step=1.0, samples_per_prompt=1.0,
+                prompt_len=1000.0, response=ResponseLength.from_mean_max(1000.0, 1000.0, bins=1))
+
+    def itl(eff, cluster=cluster, job=job, batch=batch):
+      c, m, x = gen_lib.decode_round(_MISTRAL7B, job, Engine(), cluster, eff,
+                                     jnp.asarray(batch), jnp.asarray(1500.0))
+      # In steady state each step also prefills `batch` prompt tokens (one
+      # 1,000-token prompt per 1,000 output tokens), interleaved by vLLM.
+      pr, comm = gen_lib.prefill(_MISTRAL7B, job, Engine(), cluster, eff, jnp.asarray(batch),
+                                 jnp.asarray(1000.0))
+      return (c + m + x + pr.time_s + comm + eff.decode_step_overhead_s) * 1e3
+
+    cases.append(Case(f"training_inference:{rid}", "decode",
+                      f"vLLM Mistral-7B inter-token latency at batch {batch:.0f} ({hw_name})",
+                      itl_ms, "ms", itl,
+                      "batch from Little's law; 1,000 + 1,000-token requests assumed (the "
+                      "benchmark does not restate its lengths); prefills amortised per step; "
+                      "vLLM 0.5's scheduler overhead is not modelled"))
   return cases
 
 
@@ -287,8 +318,6 @@ def collective_cases() -> list[Case]:
 SKIPPED = {
     "training_inference:29": "MT-NLG 530B MFU: parallel configuration not published",
     "training_inference:38": "LLaMA-65B tokens/s: parallel configuration not published",
-    "training_inference:57": "vLLM serving benchmark: arrival pattern and lengths not restated",
-    "training_inference:58": "vLLM serving benchmark: arrival pattern and lengths not restated",
     "training_inference:87": "NVLS all-reduce: a separate algorithm, not modelled",
     "training_inference:88": "H200 NVLS peak busbw: a separate algorithm, not modelled",
     "training_inference:89": "per-NIC busbw defines the preset's scale-out efficiency",
