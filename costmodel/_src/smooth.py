@@ -73,9 +73,13 @@ def smin(a: jax.Array, b: jax.Array, tau: jax.Array | float = 0.0) -> jax.Array:
 def relu(x: jax.Array, scale: jax.Array | float, tau: jax.Array | float = 0.0) -> jax.Array:
   """``max(x, 0)``; softplus with width ``tau * scale`` when tau > 0."""
   x = jnp.asarray(x, dtype=jnp.result_type(x, float))
-  w = jnp.maximum(jnp.asarray(tau, x.dtype) * jnp.asarray(scale, x.dtype), _TINY)
-  soft = w * jax.nn.softplus(x / w)
-  return jnp.where(jnp.asarray(tau) > 0, soft, jnp.maximum(x, 0.0))
+  on = jnp.asarray(tau) > 0
+  # Double where: at tau == 0 the unused branch gets a harmless width, so its
+  # gradient (with respect to x or scale) cannot turn into NaN.
+  w = jnp.where(on, jnp.asarray(tau, x.dtype) * jnp.asarray(scale, x.dtype), 1.0)
+  w = jnp.maximum(w, _TINY)
+  soft = w * jax.nn.softplus(jnp.where(on, x, 0.0) / w)
+  return jnp.where(on, soft, jnp.maximum(x, 0.0))
 
 
 def ceil(x: jax.Array, tau: jax.Array | float = 0.0) -> jax.Array:
