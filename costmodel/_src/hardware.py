@@ -125,15 +125,20 @@ _PRESETS: dict[str, dict] = {
         scaleout_bandwidth_bytes_per_s=50 * GIGA, scaleout_latency_s=12e-6,
         host_bandwidth_bytes_per_s=55 * GIGA,
         matmul_efficiency_max=0.76, hbm_efficiency_max=0.88),
-    # H20: ~148 TF BF16 dense, ~296 FP8, 96 GB, ~4.0 TB/s, NVLink 900 GB/s
-    # bidirectional [all unverified: treat as a guess]; 400 Gb/s NIC assumed.
+    # H20: 148 TF BF16 dense (veRL's flops_counter.py @b178a3c and the Hugging
+    # Face hardware page; 296 is the sparse figure), 96 GB HBM3 at ~4.0 TB/s and
+    # NVLink 900 GB/s bidirectional (secondary sources only [unverified]);
+    # 400 Gb/s NIC assumed.
     "H20": dict(
         peak_flops_per_s=148 * TERA, peak_fp8_flops_per_s=296 * TERA,
         hbm_bytes=96 * GIB, hbm_bandwidth_bytes_per_s=4000 * GIGA,
         scaleup_bandwidth_bytes_per_s=450 * GIGA, scaleup_latency_s=2.5e-6,
         scaleout_bandwidth_bytes_per_s=50 * GIGA, scaleout_latency_s=12e-6,
         host_bandwidth_bytes_per_s=55 * GIGA,
-        matmul_efficiency_max=0.85, hbm_efficiency_max=0.85),
+        # Efficiencies assumed as the H100's (same Hopper generation)
+        # [unverified: no H20 GEMM or GEMV measurement found].
+        matmul_efficiency_max=0.76, hbm_efficiency_max=0.88,
+        scaleup_efficiency=0.82, scaleout_efficiency=0.93),
     # H200 SXM: same GH100 die as H100 (989 TF BF16 dense), 141 GB HBM3e at
     # 4.8 TB/s, NVLink4 450 GB/s per direction; 400 Gb/s NIC typical
     # [unverified]. nccl-tests #272: 475 GB/s all-reduce busbw on 8 GPUs.
