@@ -16,8 +16,8 @@ The family is *enumerated*, not relaxed: the search optimises inside each
 family and compares the families' rounded plans exactly. Inside a family every
 plan is a vector of values, one per :class:`Var`:
 
-* ``pool.<name>``: GPUs of each pool (relaxed: a softmax of logits times the
-  cluster size; discrete: whole nodes, or divisors of a node for pools smaller
+* ``pool.<name>``: GPUs of each pool (relaxed: one GPU plus a softmax share of
+  the remaining GPUs; discrete: whole nodes, or divisors of a node for pools smaller
   than one);
 * per role with its own layout (actor, critic, reward model): ``tp``, ``pp``,
   ``cp``, ``ep`` and the micro-batches ``mb_train`` and ``mb_infer`` (relaxed:
@@ -467,7 +467,10 @@ class FamilySpace:
     """Relaxed parameters [V] -> continuous values [V] (traceable)."""
     out = []
     pool_idx = [self.index(f"pool.{p}") for p in self.structure.pools]
-    shares = jax.nn.softmax(x[jnp.asarray(pool_idx)]) * float(self.cluster.n_gpus)
+    # Every pool holds at least one GPU; the softmax shares the rest.
+    n_pools = len(pool_idx)
+    shares = 1.0 + jax.nn.softmax(x[jnp.asarray(pool_idx)]) * float(
+        self.cluster.n_gpus - n_pools)
     for j, var in enumerate(self.vars):
       if var.kind == LOG2:
         out.append(jnp.exp2(x[j]))
