@@ -147,30 +147,21 @@ def _pick(name: str, description: str, fs: space_lib.FamilySpace | None, rows,
 
 
 def _round_pools(fs: space_lib.FamilySpace, shares: dict) -> dict:
-  """Pool shares of the cluster -> valid pool sizes that fit in it."""
+  """Pool shares of the cluster -> whole GPUs (at least one per pool, the
+  rounding remainder to the largest fractions), as the frameworks' resource
+  pools allow any GPU count."""
   n = fs.cluster.n_gpus
-  out = {}
-  for p, share in shares.items():
-    opts = fs.var(f"pool.{p}").options
-    out[p] = float(opts[np.argmin(np.abs(np.log2(opts) - np.log2(max(share * n, 1.0))))])
-  names = list(out)
-  for _ in range(64):
-    total = sum(out.values())
-    if total <= n:
+  names = list(shares)
+  raw = np.asarray([shares[p] for p in names], np.float64)
+  raw = raw / raw.sum() * n
+  out = np.maximum(np.floor(raw), 1.0)
+  for k in np.argsort(-(raw - np.floor(raw)), kind="stable"):
+    if out.sum() >= n:
       break
-    p = max(names, key=lambda k: out[k])
-    opts = fs.var(f"pool.{p}").options
-    smaller = opts[opts < out[p]]
-    if not len(smaller):
-      break
-    out[p] = float(smaller[-1])
-  # Give what is left to the pools in turn when a valid size takes it.
-  for p in reversed(names):
-    left = n - sum(out.values())
-    opts = fs.var(f"pool.{p}").options
-    if left > 0 and np.isin(out[p] + left, opts):
-      out[p] += left
-  return out
+    out[k] += 1.0
+  while out.sum() > n:
+    out[np.argmax(out)] -= 1.0
+  return {p: float(g) for p, g in zip(names, out)}
 
 
 def verl_default(job: cm.RLJob, cluster: cm.Cluster,

@@ -1,0 +1,78 @@
+"""Rules of thumb and the random-search / annealing baselines."""
+
+import numpy as np
+import pytest
+
+import costmodel as cm
+import search
+
+
+@pytest.fixture(scope="module")
+def job():
+  return cm.RLJob("grpo", cm.models.get("qwen2.5-1.5b"), prompts_per_step=128.0,
+                  samples_per_prompt=8.0, prompt_len=512.0,
+                  response=cm.ResponseLength.from_mean_max(1000.0, 4096.0))
+
+
+@pytest.fixture(scope="module")
+def cluster():
+  return cm.Cluster(cm.hardware.get("H100"), gpus_per_node=8, nodes=2)
+
+
+@pytest.fixture(scope="module")
+def rules(job, cluster):
+  return {r.name: r for r in search.rules_of_thumb(job, cluster)}
+
+
+def test_every_rule_returns_a_valid_feasible_plan(rules, job, cluster):
+  assert set(rules) == {"verl", "openrlhf", "areal", "kv_fit"}
+  for r in rules.values():
+    assert r.feasible and r.plan is not None, r.name
+    cm.validate_plan(r.plan, job, cluster)
+    assert bool(r.estimate.feasible)
+    assert r.step_time_s == pytest.approx(float(r.estimate.step_time_s))
+
+
+def test_rule_layouts(rules, cluster):
+  verl = rules["verl"].plan
+  assert verl.pool_names == ("all",) and float(verl.engine.tp) == 2.0
+  assert float(verl.engine.memory_fraction) == 0.5
+  assert float(verl.role("actor").train.zero_stage) == 3.0
+  openrlhf = rules["openrlhf"].plan
+  assert [float(p.gpus) for p in openrlhf.pools] == [8.0, 8.0]
+  assert float(openrlhf.engine.memory_fraction) == 0.95
+  areal = rules["areal"].plan
+  assert [float(p.gpus) for p in areal.pools] == [12.0, 4.0]
+  assert areal.mode.staleness == 1 and areal.mode.partial_rollout
+  kv = rules["kv_fit"]
+  gen = float(kv.plan.pool("gen").gpus)
+  replicas = gen / float(kv.plan.engine.tp * kv.plan.engine.pp)
+  assert float(kv.estimate.gen_concurrency) * replicas >= 128 * 8 - 1e-3
+  assert gen + float(kv.plan.pool("train").gpus) <= cluster.n_gpus
+
+
+def test_openrlhf_splits_three_ways_with_a_critic(cluster):
+  ppo = cm.RLJob("ppo", cm.models.get("qwen2.5-1.5b"), prompts_per_step=64.0,
+                 samples_per_prompt=4.0, prompt_len=512.0,
+                 response=cm.ResponseLength.from_mean_max(1000.0, 4096.0))
+  r = search.rules_of_thumb(ppo, cluster)[1]
+  assert r.name == "openrlhf" and r.family == "split3" and r.feasible
+  assert sorted(float(p.gpus) for p in r.plan.pools) == [5.0, 5.0, 6.0]
+
+
+def test_random_search_and_annealing_never_beat_enumeration(job, cluster):
+  space = search.SpaceOptions.compact()
+  exact = search.enumerate_plans(job, cluster, "colocated", space=space, chunk_size=2048)
+  rnd = search.random_search(job, cluster, "colocated", budget_s=0.5, seed=0, space=space,
+                             batch=2048)
+  sa = search.simulated_annealing(job, cluster, "colocated", budget_s=0.5, seed=0,
+                                  space=space, chains=2048)
+  for res in (rnd, sa):
+    assert res.best_plan is not None
+    cm.validate_plan(res.best_plan, job, cluster)
+    assert bool(res.best_estimate.feasible)
+    assert res.best_step_time_s >= exact.best_step_time_s * (1 - 1e-6)
+    assert res.evaluations >= 2048
+  # Random samples lie in the space: every top plan's degrees are options.
+  for plan, _ in rnd.top:
+    assert float(plan.role("actor").train.micro_batch) in space.micro_batches

@@ -1,0 +1,58 @@
+"""The starts axis sharded over 4 (CPU) devices gives the single-device plan."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+import costmodel as cm
+import search
+
+_SCRIPT = textwrap.dedent("""
+    import json, os
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+    import jax
+    import numpy as np
+    import costmodel as cm
+    import search
+    from search._src import relax
+
+    job = cm.RLJob("grpo", cm.models.get("qwen2.5-1.5b"), prompts_per_step=128.0,
+                   samples_per_prompt=8.0, prompt_len=512.0,
+                   response=cm.ResponseLength.from_mean_max(1000.0, 4096.0))
+    cluster = cm.Cluster(cm.hardware.get("H100"), gpus_per_node=8, nodes=2)
+    (x,) = relax.shard_starts(np.zeros((16, 3), np.float32))
+    res = search.optimize(job, cluster, families=["split"], starts=16, steps=60, seed=0,
+                          space=search.SpaceOptions.compact())
+    print(json.dumps({"devices": jax.device_count(),
+                      "shards": len(x.sharding.device_set),
+                      "shard_rows": [s.data.shape[0] for s in x.addressable_shards],
+                      "plan": search.plan_to_dict(res.best_plan),
+                      "step_time_s": float(res.best_estimate.step_time_s),
+                      "relaxed_bound_s": res.relaxed_bound_s["split"]}))
+""")
+
+
+def test_sharded_search_matches_single_device():
+  env = dict(os.environ)
+  env.pop("XLA_FLAGS", None)
+  proc = subprocess.Popen([sys.executable, "-c", _SCRIPT], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, env=env)
+  # Meanwhile, the same search on this process's single device.
+  job = cm.RLJob("grpo", cm.models.get("qwen2.5-1.5b"), prompts_per_step=128.0,
+                 samples_per_prompt=8.0, prompt_len=512.0,
+                 response=cm.ResponseLength.from_mean_max(1000.0, 4096.0))
+  cluster = cm.Cluster(cm.hardware.get("H100"), gpus_per_node=8, nodes=2)
+  single = search.optimize(job, cluster, families=["split"], starts=16, steps=60, seed=0,
+                           space=search.SpaceOptions.compact())
+  out, err = proc.communicate(timeout=600)
+  assert proc.returncode == 0, err[-3000:]
+  sharded = json.loads(out.strip().splitlines()[-1])
+  assert sharded["devices"] == 4
+  assert sharded["shards"] == 4 and sharded["shard_rows"] == [4, 4, 4, 4]
+  assert sharded["plan"] == search.plan_to_dict(single.best_plan)
+  assert np.isclose(sharded["step_time_s"], float(single.best_estimate.step_time_s), rtol=1e-6)
+  assert np.isclose(sharded["relaxed_bound_s"], single.relaxed_bound_s["split"], rtol=1e-4)
