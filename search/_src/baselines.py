@@ -267,7 +267,7 @@ def simulated_annealing(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_
     s = ev.scores(prop)
     top.add(prop, s)
     new_o = np.log(rounding.objective(s.step_time_s, s.feasible, s.excess))
-    accept = has & (rng.uniform(size=chains) < np.exp(-(new_o - cur_o) / temp))
+    accept = has & (rng.uniform(size=chains) < np.exp(np.minimum(-(new_o - cur_o) / temp, 0.0)))
     cur[accept] = prop[accept]
     cur_o[accept] = new_o[accept]
   return _result("annealing", fs, ev, top, 0, t0, top_k)

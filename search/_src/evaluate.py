@@ -52,8 +52,7 @@ def _scores(structure, job, cluster, eff, values):
 
 @functools.partial(jax.jit, static_argnames=("structure",))
 def _estimates(structure, job, cluster, eff, values):
-  est, _ = jax.vmap(lambda v: _one(structure, job, cluster, eff, v))(values)
-  return est
+  return jax.vmap(lambda v: _one(structure, job, cluster, eff, v))(values)
 
 
 class Evaluator:
@@ -63,16 +62,27 @@ class Evaluator:
     fs: The family space.
     efficiency: Efficiency parameters (defaults if None).
     chunk: Rows per compiled call.
+    full: Compile one function that returns whole estimates and serves both
+      :meth:`scores` and :meth:`estimates` (one compilation; for searches that
+      score few plans). When False, :meth:`scores` compiles a leaner function
+      that returns only what ranking needs (about twice the throughput; for
+      enumeration) and :meth:`estimates` a second one on demand.
   """
 
   def __init__(self, fs: space_lib.FamilySpace, efficiency: cm.Efficiency | None = None,
-               chunk: int = DEFAULT_CHUNK):
+               chunk: int = DEFAULT_CHUNK, full: bool = False):
     if not isinstance(chunk, int) or chunk < 1:
       raise ValueError(f"Evaluator: chunk={chunk!r} must be a positive integer")
     self.fs = fs
     self.eff = efficiency if efficiency is not None else cm.Efficiency()
     self.chunk = chunk
+    self.full = full
     self.count = 0
+
+  def _run_full(self, part: np.ndarray):
+    est, excess = _estimates(self.fs.structure, self.fs.job, self.fs.cluster, self.eff,
+                             jnp.asarray(part))
+    return est, excess
 
   def scores(self, values: np.ndarray) -> Scores:
     """Exact step time, feasibility and memory excess of each row."""
@@ -86,8 +96,12 @@ class Evaluator:
       m = part.shape[0]
       if m < self.chunk:
         part = np.concatenate([part, np.repeat(part[-1:], self.chunk - m, 0)], 0)
-      t, f, x = _scores(self.fs.structure, self.fs.job, self.fs.cluster, self.eff,
-                        jnp.asarray(part))
+      if self.full:
+        est, x = self._run_full(part)
+        t, f = est.step_time_s, est.feasible
+      else:
+        t, f, x = _scores(self.fs.structure, self.fs.job, self.fs.cluster, self.eff,
+                          jnp.asarray(part))
       out_t[start:start + m] = np.asarray(t)[:m]
       out_f[start:start + m] = np.asarray(f)[:m]
       out_x[start:start + m] = np.asarray(x)[:m]
@@ -104,11 +118,10 @@ class Evaluator:
     for start in range(0, values.shape[0], self.chunk):
       part = values[start:start + self.chunk]
       m = part.shape[0]
-      pad = min(self.chunk, _bucket(m)) - m
+      pad = (self.chunk if self.full else min(self.chunk, _bucket(m))) - m
       if pad:
         part = np.concatenate([part, np.repeat(part[-1:], pad, 0)], 0)
-      est = _estimates(self.fs.structure, self.fs.job, self.fs.cluster, self.eff,
-                       jnp.asarray(part))
+      est, _ = self._run_full(part)
       est = jax.tree_util.tree_map(np.asarray, est)
       for i in range(m):
         out.append(jax.tree_util.tree_map(lambda a, i=i: a[i], est))

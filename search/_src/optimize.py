@@ -17,6 +17,7 @@ optimum.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 
 from absl import logging
@@ -77,6 +78,14 @@ class _FamilyRun:
   ranked: rounding.Ranked
 
 
+def _progress(message: str) -> None:
+  """absl INFO when it is shown (after flag parsing), else a line on stderr."""
+  if logging.level_info():
+    logging.info(message)
+  else:
+    print(message, file=sys.stderr, flush=True)
+
+
 def _check_int(name: str, value, low: int) -> None:
   if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
     raise ValueError(f"optimize: {name}={value!r} must be an integer >= {low}")
@@ -94,7 +103,7 @@ def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, se
   rng = np.random.default_rng([seed, space_lib.FAMILIES.index(fs.family)])
   x0, lo, hi = fs.init_relaxed(rng, starts)
   out = relax.run(fs, fs.job, fs.cluster, eff, x0, lo, hi, cfg)
-  ev = evaluate.Evaluator(fs, eff, chunk=chunk)
+  ev = evaluate.Evaluator(fs, eff, chunk=chunk, full=True)
   cand = rounding.candidates(fs, out.values, rng, corners=corners)
   ranked = rounding.score(ev, cand)
   ranked = rounding.local_search(ev, rounding.Ranked(*(a[:seeds] for a in ranked)))
@@ -118,7 +127,8 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
     seed: Random seed; the same seed gives the same plan.
     top_k: Plans to return.
     efficiency: Efficiency parameters of the cost model (defaults if None).
-    progress: Log one line per family (absl logging, INFO).
+    progress: One line per family: absl logging (INFO) once flags are parsed,
+      else stderr.
     space: The discrete options of each variable (defaults if None).
     relax_config: Schedules of the relaxed phase (``steps`` overrides its
       step count).
@@ -167,8 +177,8 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
     r = run.ranked
     best_by[fam] = float(r.step_time_s[0]) if len(r.feasible) and r.feasible[0] else np.inf
     if progress:
-      logging.info("family %-20s relaxed %8.2f s  rounded %8.2f s  %7d evaluations  %.1f s",
-                   fam, bound[fam], best_by[fam], run.ev.count, time.perf_counter() - tf)
+      _progress(f"family {fam:<20} relaxed {bound[fam]:8.2f} s  rounded {best_by[fam]:8.2f} s"
+                f"  {run.ev.count:7d} evaluations  {time.perf_counter() - tf:.1f} s")
   evaluations = sum(r.ev.count for r in runs)
   if not runs:
     return SearchResult(None, None, None, (), (), bound, best_by, history,

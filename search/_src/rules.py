@@ -136,7 +136,7 @@ def _pick(name: str, description: str, fs: space_lib.FamilySpace | None, rows,
   rows = [r for r in rows if fs is not None and _runs(fs, r)]
   if not rows:
     return RuleResult(name, description, family, None, None, False)
-  ev = evaluate.Evaluator(fs, eff)
+  ev = evaluate.Evaluator(fs, eff, full=True)
   values = np.stack(rows)
   s = ev.scores(values)
   ok = np.flatnonzero(s.feasible)
@@ -209,7 +209,7 @@ def kv_fit_split(job: cm.RLJob, cluster: cm.Cluster,
     return RuleResult("kv_fit", desc, "-", None, None, False)
   n = cluster.n_gpus
   n_seq = float(job.generated_samples_per_step)
-  ev = evaluate.Evaluator(fs, efficiency)
+  ev = evaluate.Evaluator(fs, efficiency, full=True)
   chosen = None
   for g in fs.var("pool.gen").options:
     rest_opts = fs.var("pool.train").options

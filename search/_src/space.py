@@ -399,6 +399,17 @@ class FamilySpace:
         if not bad.any():
           break
         v[bad, idx(f"{role}.ep")] = ep[bad] / 2
+    samples = float(self.job.samples_per_step)
+    for role in _LAYOUT_ROLES:
+      if role not in self.structure.roles:
+        continue
+      g = self.pool_of(v, role)
+      dp = g / (v[..., idx(f"{role}.tp")] * v[..., idx(f"{role}.pp")] * v[..., idx(f"{role}.cp")])
+      mb_names = ("mb_train", "mb_infer") if role in _TRAINED else ("mb_infer",)
+      for mb_name in mb_names:
+        batch = samples / self.job.mini_batches if mb_name == "mb_train" else samples
+        j = idx(f"{role}.{mb_name}")
+        v[..., j] = np.minimum(v[..., j], _cover(batch / dp, self.vars[j].options))
     g = self.col(v, f"pool.{self.rollout_pool}")
     for _ in range(16):
       mp = v[..., idx("engine.tp")] * v[..., idx("engine.pp")]
@@ -410,6 +421,10 @@ class FamilySpace:
         sel = bad & (col > 1)
         v[sel, idx(d)] = col[sel] / 2
         bad &= ~sel
+    n_r = float(self.job.generated_samples_per_step) / (
+        g / (v[..., idx("engine.tp")] * v[..., idx("engine.pp")]))
+    j = idx("engine.max_seqs")
+    v[..., j] = np.minimum(v[..., j], _cover(n_r, self.vars[j].options))
     return v
 
   # ----- relaxed variables --------------------------------------------------
@@ -518,6 +533,12 @@ def _nearest_option(x: np.ndarray, var: Var) -> np.ndarray:
   else:
     d = np.abs(np.asarray(x)[..., None] - opts)
   return opts[np.argmin(d, -1)]
+
+
+def _cover(need: np.ndarray, options: np.ndarray) -> np.ndarray:
+  """The smallest option >= ``need`` (the largest option when none is)."""
+  k = np.searchsorted(options, np.asarray(need) - 1e-9)
+  return options[np.minimum(k, len(options) - 1)]
 
 
 def _step_option(x: np.ndarray, options: np.ndarray, step: int) -> np.ndarray:

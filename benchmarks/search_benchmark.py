@@ -1,0 +1,278 @@
+"""Benchmarks of the layout search: speed, scale and quality.
+
+Prints (and writes with ``--out``) a markdown report:
+
+1. exact plan evaluations per second (one jitted, vmapped call per chunk, after
+   compilation) on this machine;
+2. search wall time, cold (a fresh process: compilation included) and warm,
+   with peak memory (``ru_maxrss``), for GRPO on Qwen2.5-7B on 64 GPUs, PPO on
+   Llama-3.1-70B with four roles (actor, reference, critic and a 70B reward
+   model) on 1,024 GPUs, and GRPO on DeepSeek-V3 on 16,384 GPUs; each next to
+   the rules of thumb;
+3. quality on problems small enough to enumerate: the gap of the searched plan
+   to the exhaustive optimum over the same discrete space (every family), the
+   gaps of random search and simulated annealing given the search's (warm) wall
+   time, and the searched plan's predicted speed-up over each rule of thumb.
+
+Usage, from the repository root (about 20-30 minutes on 2 CPU cores)::
+
+  python -m benchmarks.search_benchmark --out benchmarks/results/search_benchmark.md
+  python -m benchmarks.search_benchmark --quick   # 4 problems, no headline jobs
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+from absl import app
+from absl import flags
+import numpy as np
+
+_OUT = flags.DEFINE_string("out", None, "Write the markdown report here.")
+_QUICK = flags.DEFINE_bool("quick", False, "A few quality problems, no headline jobs.")
+_SKIP_HEADLINE = flags.DEFINE_bool("skip_headline", False, "Skip the headline jobs.")
+_STARTS = flags.DEFINE_integer("starts", 64, "Search starts per family.")
+_STEPS = flags.DEFINE_integer("steps", 200, "Relaxed steps.")
+
+# The quality problems: (model, algorithm, nodes of 8 GPUs) x job variants.
+_STRUCTURES = (
+    ("qwen2.5-1.5b", "grpo", 1),
+    ("qwen2.5-1.5b", "grpo", 2),
+    ("qwen2.5-7b", "grpo", 2),
+    ("qwen2.5-7b", "dapo", 4),
+    ("llama-3.1-8b", "rloo", 4),
+    ("qwen3-8b", "reinforce_pp", 1),
+    ("qwen3-14b", "grpo", 8),
+    ("qwen2.5-1.5b", "remax", 2),
+)
+# (prompt_len, response mean, response max, prompts, samples per prompt)
+_VARIANTS = (
+    (512, 1000, 4096, 64, 8),
+    (1024, 2000, 8192, 256, 8),
+    (2048, 4000, 16384, 128, 16),
+)
+
+
+def _space():
+  import search  # pylint: disable=g-import-not-at-top
+  return search.SpaceOptions(max_pp=4, micro_batches=(1, 2, 4, 8, 16), engine_max_pp=2,
+                             memory_fractions=(0.5, 0.6, 0.7, 0.8, 0.9),
+                             max_seqs=(64, 256, 1024, 4096))
+
+
+def _headline_job(name: str):
+  import costmodel as cm  # pylint: disable=g-import-not-at-top
+  if name == "grpo-7b-64":
+    job = cm.RLJob("grpo", cm.models.get("qwen2.5-7b"), prompts_per_step=512.0,
+                   samples_per_prompt=8.0, prompt_len=1024.0,
+                   response=cm.ResponseLength.from_mean_max(2000.0, 8192.0))
+    return job, cm.Cluster(cm.hardware.get("H100"), gpus_per_node=8, nodes=8)
+  if name == "ppo-70b-1024":
+    m = cm.models.get("llama-3.1-70b")
+    job = cm.RLJob("ppo", m, prompts_per_step=1024.0, samples_per_prompt=4.0,
+                   prompt_len=1024.0, response=cm.ResponseLength.from_mean_max(2000.0, 8192.0),
+                   reward_model=m)
+    return job, cm.Cluster(cm.hardware.get("H100"), gpus_per_node=8, nodes=128)
+  if name == "dsv3-16384":
+    job = cm.RLJob("grpo", cm.models.get("deepseek-v3"), prompts_per_step=4096.0,
+                   samples_per_prompt=16.0, prompt_len=1024.0,
+                   response=cm.ResponseLength.from_mean_max(4000.0, 16384.0))
+    return job, cm.Cluster(cm.hardware.get("H100"), gpus_per_node=8, nodes=2048)
+  raise ValueError(f"unknown headline job {name!r}")
+
+
+def _headline_child(name: str, starts: int, steps: int) -> None:
+  """Runs in a fresh process: cold search, warm search, rules; prints JSON."""
+  import search  # pylint: disable=g-import-not-at-top
+  job, cluster = _headline_job(name)
+  t0 = time.perf_counter()
+  res = search.optimize(job, cluster, starts=starts, steps=steps, seed=0)
+  cold = time.perf_counter() - t0
+  rss_search = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+  t0 = time.perf_counter()
+  search.optimize(job, cluster, starts=starts, steps=steps, seed=0)
+  warm = time.perf_counter() - t0
+  rules = search.rules_of_thumb(job, cluster)
+  best = float(res.best_estimate.step_time_s) if res.feasible else float("inf")
+  print(json.dumps({
+      "name": name, "cold_s": cold, "warm_s": warm, "evaluations": res.evaluations,
+      "family": res.family, "best_s": best, "relaxed": res.relaxed_bound_s,
+      "rounded": {k: (v if np.isfinite(v) else None) for k, v in res.best_by_family_s.items()},
+      "maxrss_bytes": rss_search,
+      "rules": {r.name: (r.step_time_s if r.feasible else None) for r in rules},
+  }))
+
+
+def _run_headline(name: str) -> dict:
+  env = dict(os.environ)
+  env.pop("XLA_FLAGS", None)
+  out = subprocess.run([sys.executable, "-m", "benchmarks.search_benchmark",
+                        f"--headline_job={name}", f"--starts={_STARTS.value}",
+                        f"--steps={_STEPS.value}"],
+                       capture_output=True, text=True, env=env, check=True)
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+_HEADLINE = flags.DEFINE_string("headline_job", None, "(internal) run one headline job.")
+
+
+def _throughput() -> list[tuple[str, float]]:
+  import costmodel as cm  # pylint: disable=g-import-not-at-top
+  from search._src import baselines  # pylint: disable=g-import-not-at-top
+  from search._src import evaluate  # pylint: disable=g-import-not-at-top
+  from search._src import space as space_lib  # pylint: disable=g-import-not-at-top
+  job, cluster = _headline_job("grpo-7b-64")
+  ppo = cm.RLJob("ppo", cm.models.get("qwen2.5-7b"), prompts_per_step=512.0,
+                 samples_per_prompt=8.0, reward_model=cm.models.get("qwen2.5-1.5b"))
+  rows = []
+  for label, j, fam in (("GRPO 7B, colocated", job, "colocated"), ("GRPO 7B, split", job, "split"),
+                        ("PPO 7B + 1.5B RM, split3", ppo, "split3")):
+    fs = space_lib.build(fam, j, cluster, _space())
+    values = baselines._Blocks(fs).sample(np.random.default_rng(0), 262_144)
+    ev = evaluate.Evaluator(fs, chunk=16384)
+    ev.scores(values[:16384])  # compile
+    t0 = time.perf_counter()
+    ev.scores(values)
+    rows.append((f"{label} (64 GPUs)", len(values) / (time.perf_counter() - t0)))
+  return rows
+
+
+def _problems(quick: bool):
+  import costmodel as cm  # pylint: disable=g-import-not-at-top
+  out = []
+  structures = _STRUCTURES[:2] if quick else _STRUCTURES
+  variants = _VARIANTS[:2] if quick else _VARIANTS
+  for model, alg, nodes in structures:
+    for prompt, mean, mx, prompts, samples in variants:
+      job = cm.RLJob(alg, cm.models.get(model), prompts_per_step=float(prompts),
+                     samples_per_prompt=float(samples), prompt_len=float(prompt),
+                     response=cm.ResponseLength.from_mean_max(float(mean), float(mx)))
+      cluster = cm.Cluster(cm.hardware.get("H100"), gpus_per_node=8, nodes=nodes)
+      label = f"{model} {alg} {nodes * 8} GPUs p{prompt} r{mean}/{mx} {prompts}x{samples}"
+      out.append((label, job, cluster))
+  return out
+
+
+def _quality(quick: bool) -> list[dict]:
+  import search  # pylint: disable=g-import-not-at-top
+  space = _space()
+  rows = []
+  for label, job, cluster in _problems(quick):
+    fams = search.default_families(job)
+    t0 = time.perf_counter()
+    exact = {f: search.enumerate_plans(job, cluster, f, space=space, chunk_size=65536)
+             for f in fams}
+    enum_s = time.perf_counter() - t0
+    size = sum(e.space_size for e in exact.values())
+    opt = min(e.best_step_time_s for e in exact.values())
+    t0 = time.perf_counter()
+    res = search.optimize(job, cluster, starts=_STARTS.value, steps=_STEPS.value, seed=0,
+                          space=space)
+    cold = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    res = search.optimize(job, cluster, starts=_STARTS.value, steps=_STEPS.value, seed=0,
+                          space=space)
+    warm = time.perf_counter() - t0
+    best = float(res.best_estimate.step_time_s) if res.feasible else np.inf
+    budget = warm / len(fams)
+    rnd = min(search.random_search(job, cluster, f, budget, seed=0, space=space,
+                                   batch=8192).best_step_time_s for f in fams)
+    sa = min(search.simulated_annealing(job, cluster, f, budget, seed=0, space=space,
+                                        chains=2048).best_step_time_s for f in fams)
+    rules = {r.name: r.step_time_s for r in search.rules_of_thumb(job, cluster)}
+    row = dict(label=label, size=size, enum_s=enum_s, opt=opt, best=best, cold=cold, warm=warm,
+               gap=best / opt - 1, gap_random=rnd / opt - 1, gap_sa=sa / opt - 1,
+               family=res.family, rules={k: v / best for k, v in rules.items()},
+               evaluations=res.evaluations)
+    rows.append(row)
+    print(f"{label}: opt {opt:.2f} s, search {best:.2f} s (gap {row['gap']:.2%}), random "
+          f"{row['gap_random']:.2%}, annealing {row['gap_sa']:.2%}, warm {warm:.1f} s",
+          flush=True)
+  return rows
+
+
+def _pct(x: float) -> str:
+  return f"{100 * x:.2f}%" if np.isfinite(x) else "none found"
+
+
+def _report(throughput, headline, quality) -> str:
+  lines = ["# Layout search benchmark", "",
+           f"Machine: {os.cpu_count()} CPU cores; JAX on CPU. "
+           f"Starts {_STARTS.value}, relaxed steps {_STEPS.value}.", ""]
+  lines += ["## Exact evaluations per second (after compilation, chunks of 16,384)", "",
+            "| problem | evaluations / s |", "|---|---:|"]
+  lines += [f"| {label} | {rate:,.0f} |" for label, rate in throughput]
+  if headline:
+    lines += ["", "## Search wall time (all families)", "",
+              "| job | cold (s) | warm (s) | peak RSS (GB) | exact evals | best family | step (s) "
+              "| relaxed (s) | " + " | ".join(f"vs {r}" for r in ("verl", "openrlhf", "areal",
+                                                                     "kv_fit")) + " |",
+              "|---|---:|---:|---:|---:|---|---:|---:|" + "---:|" * 4]
+    for h in headline:
+      relaxed = h["relaxed"].get(h["family"], float("nan")) if h["family"] else float("nan")
+      speed = []
+      for r in ("verl", "openrlhf", "areal", "kv_fit"):
+        v = h["rules"].get(r)
+        speed.append(f"{v / h['best_s']:.2f}x" if v else "does not fit")
+      lines.append(f"| {h['name']} | {h['cold_s']:.1f} | {h['warm_s']:.1f} | "
+                   f"{h['maxrss_bytes'] / 1e9:.2f} | {h['evaluations']:,} | {h['family']} | "
+                   f"{h['best_s']:.2f} | {relaxed:.2f} | " + " | ".join(speed) + " |")
+  if quality:
+    gaps = np.asarray([q["gap"] for q in quality])
+    gr = np.asarray([q["gap_random"] for q in quality])
+    gs = np.asarray([q["gap_sa"] for q in quality])
+    lines += ["", f"## Quality on {len(quality)} enumerable problems", "",
+              "Gap = step time of the plan found / exhaustive optimum over the same space "
+              "(every family) - 1. Random search and annealing get the search's warm wall "
+              "time, split evenly over the families.", "",
+              "| | median | 90th percentile | max |", "|---|---:|---:|---:|"]
+    for name, g in (("gradient search", gaps), ("random search", gr), ("annealing", gs)):
+      lines.append(f"| {name} | {_pct(np.median(g))} | {_pct(np.percentile(g, 90))} | "
+                   f"{_pct(np.max(g))} |")
+    lines += ["", "| rule of thumb | median speed-up of the searched plan | min | max |",
+              "|---|---:|---:|---:|"]
+    for r in ("verl", "openrlhf", "areal", "kv_fit"):
+      s = np.asarray([q["rules"][r] for q in quality if np.isfinite(q["rules"][r])])
+      if len(s):
+        lines.append(f"| {r} | {np.median(s):.2f}x | {s.min():.2f}x | {s.max():.2f}x |")
+    lines += ["", "| problem | plans | optimum (s) | search (s) | gap | random gap | "
+              "annealing gap | family | cold (s) | warm (s) |",
+              "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+    for q in quality:
+      lines.append(f"| {q['label']} | {q['size']:,} | {q['opt']:.2f} | {q['best']:.2f} | "
+                   f"{_pct(q['gap'])} | {_pct(q['gap_random'])} | {_pct(q['gap_sa'])} | "
+                   f"{q['family']} | {q['cold']:.1f} | {q['warm']:.1f} |")
+    lines += ["", f"Peak RSS of the quality run: "
+              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9:.2f} GB."]
+  return "\n".join(lines) + "\n"
+
+
+def main(argv):
+  del argv
+  if _HEADLINE.value:
+    _headline_child(_HEADLINE.value, _STARTS.value, _STEPS.value)
+    return 0
+  throughput = _throughput()
+  for label, rate in throughput:
+    print(f"{label}: {rate:,.0f} evaluations/s", flush=True)
+  headline = []
+  if not (_QUICK.value or _SKIP_HEADLINE.value):
+    for name in ("grpo-7b-64", "ppo-70b-1024", "dsv3-16384"):
+      headline.append(_run_headline(name))
+      print(json.dumps(headline[-1]), flush=True)
+  quality = _quality(_QUICK.value)
+  text = _report(throughput, headline, quality)
+  print(text)
+  if _OUT.value:
+    with open(_OUT.value, "w", encoding="utf-8") as f:
+      f.write(text)
+  return 0
+
+
+if __name__ == "__main__":
+  app.run(main)
