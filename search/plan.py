@@ -35,7 +35,8 @@ _RESPONSE_MEAN = flags.DEFINE_float("response_mean", 2000, "Mean response tokens
 _RESPONSE_MAX = flags.DEFINE_float("response_max", 8192, "Longest response tokens.")
 _PROMPTS = flags.DEFINE_float("prompts", 512, "Prompts per step.")
 _SAMPLES = flags.DEFINE_float("samples", 8, "Samples per prompt.")
-_FAMILIES = flags.DEFINE_list("families", None, f"Families to search ({', '.join(search.FAMILIES)}).")
+_FAMILIES = flags.DEFINE_list("families", None,
+                              f"Families to search ({', '.join(search.FAMILIES)}).")
 _STARTS = flags.DEFINE_integer("starts", 64, "Random starts per family.")
 _STEPS = flags.DEFINE_integer("steps", 200, "Relaxed optimisation steps.")
 _SEED = flags.DEFINE_integer("seed", 0, "Random seed.")

@@ -69,7 +69,7 @@ def test_result_fields(result):
 
 
 def test_top_plans_are_valid_and_feasible(result, job, cluster):
-  for (plan, est), fam in zip(result.top, result.top_families):
+  for (plan, est), fam in zip(result.top, result.top_families, strict=True):
     cm.validate_plan(plan, job, cluster)
     assert bool(est.feasible) and fam == FAMILY
     assert not est.violations

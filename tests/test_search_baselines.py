@@ -1,6 +1,5 @@
 """Rules of thumb and the random-search / annealing baselines."""
 
-import numpy as np
 import pytest
 
 import costmodel as cm

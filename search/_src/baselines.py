@@ -89,7 +89,7 @@ class _Blocks:
     k = np.arange(start, stop, dtype=np.int64)
     out = np.zeros((len(k), len(self.fs.vars)))
     out[:, list(self.pool_idx)] = self.pools[p]
-    for (_, idx), r in zip(reversed(self.other), reversed(rows)):
+    for (_, idx), r in zip(reversed(self.other), reversed(rows), strict=True):
       k, digit = np.divmod(k, len(r))
       out[:, list(idx)] = r[digit]
     return out
@@ -101,7 +101,7 @@ class _Blocks:
     for q in np.unique(p):
       sel = np.flatnonzero(p == q)
       out[np.ix_(sel, list(self.pool_idx))] = self.pools[q]
-      for (_, idx), r in zip(self.other, self.rows[q]):
+      for (_, idx), r in zip(self.other, self.rows[q], strict=True):
         out[np.ix_(sel, list(idx))] = r[rng.integers(0, len(r), size=len(sel))]
     return out
 
@@ -121,7 +121,8 @@ class _TopK:
     if self.ranked is None:
       merged = new
     else:
-      merged = rounding.Ranked(*(np.concatenate([a, b], 0) for a, b in zip(self.ranked, new)))
+      merged = rounding.Ranked(*(np.concatenate([a, b], 0)
+                                 for a, b in zip(self.ranked, new, strict=True)))
     obj = merged.objective
     order = np.argsort(obj, kind="stable")
     merged = rounding.Ranked(*(a[order] for a in merged))
@@ -136,7 +137,7 @@ def _result(method, fs, ev, top: _TopK, size, t0, top_k) -> BaselineResult:
   if r is not None and r.feasible.any():
     rows = np.flatnonzero(r.feasible)[:top_k]
     ests = ev.estimates(r.values[rows])
-    for i, est in zip(rows, ests):
+    for i, est in zip(rows, ests, strict=True):
       plan = fs.to_plan(np.asarray(r.values[i], np.float64))
       cm.validate_plan(plan, fs.job, fs.cluster)
       plans.append((plan, est))

@@ -179,7 +179,6 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
     if progress:
       _progress(f"family {fam:<20} relaxed {bound[fam]:8.2f} s  rounded {best_by[fam]:8.2f} s"
                 f"  {run.ev.count:7d} evaluations  {time.perf_counter() - tf:.1f} s")
-  evaluations = sum(r.ev.count for r in runs)
   if not runs:
     return SearchResult(None, None, None, (), (), bound, best_by, history,
                         time.perf_counter() - t0, 0,
@@ -219,7 +218,7 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
     run = runs[k]
     rows = [i for kk, i in chosen if kk == k]
     ests = run.ev.estimates(run.ranked.values[rows])
-    for i, est in zip(rows, ests):
+    for i, est in zip(rows, ests, strict=True):
       plan = run.fs.to_plan(np.asarray(run.ranked.values[i], np.float64))
       cm.validate_plan(plan, job, cluster)
       top.append((chosen.index((k, i)), plan, est, run.fs.family))

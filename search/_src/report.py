@@ -29,7 +29,7 @@ def format_result(result: SearchResult, rules: tuple[RuleResult, ...] = ()) -> s
     lines.append(f"INFEASIBLE: {result.infeasible_reason}")
     return "\n".join(lines)
   lines.append("top plans:")
-  for k, ((plan, est), fam) in enumerate(zip(result.top, result.top_families)):
+  for k, ((plan, est), fam) in enumerate(zip(result.top, result.top_families, strict=True)):
     lines.append(f"#{k + 1} {float(est.step_time_s):8.2f} s  {fam:<20} {describe(plan)}")
   lines += ["", f"best plan ({result.family}):", result.best_estimate.summary()]
   if rules:

@@ -161,7 +161,7 @@ def _round_pools(fs: space_lib.FamilySpace, shares: dict) -> dict:
     out[k] += 1.0
   while out.sum() > n:
     out[np.argmax(out)] -= 1.0
-  return {p: float(g) for p, g in zip(names, out)}
+  return {p: float(g) for p, g in zip(names, out, strict=True)}
 
 
 def verl_default(job: cm.RLJob, cluster: cm.Cluster,

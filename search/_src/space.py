@@ -141,7 +141,7 @@ class SpaceOptions:
     object.__setattr__(self, "memory_fractions", tuple(sorted(set(mf))))
 
   @classmethod
-  def compact(cls) -> "SpaceOptions":
+  def compact(cls) -> SpaceOptions:
     """A coarser space, small enough to enumerate exhaustively on 8-32 GPUs."""
     return cls(max_pp=4, micro_batches=(1, 2, 4, 8, 16), engine_max_pp=1,
                memory_fractions=(0.5, 0.7, 0.9), max_seqs=(128, 512, 2048))
@@ -174,7 +174,7 @@ def role_pool(family: str, role: str) -> str:
 
 def pool_sizes(cluster: cm.Cluster) -> np.ndarray:
   """Pool sizes that fill whole nodes, or divide one node."""
-  n, g = cluster.n_gpus, cluster.gpus_per_node
+  g = cluster.gpus_per_node
   small = [d for d in range(1, g) if g % d == 0]
   return np.asarray(sorted(set(small + [g * k for k in range(1, cluster.nodes + 1)])),
                     dtype=np.float64)
