@@ -211,18 +211,22 @@ def enumerate_plans(job: cm.RLJob, cluster: cm.Cluster, family: str,
 def random_search(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_s: float,
                   seed: int = 0, space: space_lib.SpaceOptions | None = None,
                   batch: int = 4096, top_k: int = 5,
-                  efficiency: cm.Efficiency | None = None) -> BaselineResult:
+                  efficiency: cm.Efficiency | None = None,
+                  max_evaluations: int | None = None) -> BaselineResult:
   """Uniform samples of the valid space scored exactly until ``budget_s``
-  seconds have passed (at least one batch)."""
+  seconds have passed (at least one batch) or ``max_evaluations`` plans are
+  scored, whichever comes first."""
   t0 = time.perf_counter()
   fs = _family_space(job, cluster, family, space)
   blocks = _Blocks(fs)
   rng = np.random.default_rng(seed)
   ev = evaluate.Evaluator(fs, efficiency, chunk=batch)
   top = _TopK(top_k)
-  while True:
-    rows = blocks.sample(rng, batch)
+  left = max_evaluations if max_evaluations is not None else np.inf
+  while left > 0:
+    rows = blocks.sample(rng, int(min(batch, left)))
     top.add(rows, ev.scores(rows))
+    left -= len(rows)
     if time.perf_counter() - t0 >= budget_s:
       break
   return _result("random", fs, ev, top, 0, t0, top_k)
@@ -231,9 +235,10 @@ def random_search(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_s: flo
 def simulated_annealing(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_s: float,
                         seed: int = 0, space: space_lib.SpaceOptions | None = None,
                         chains: int = 1024, t_start: float = 0.1, t_end: float = 0.002,
-                        top_k: int = 5,
-                        efficiency: cm.Efficiency | None = None) -> BaselineResult:
-  """Batched simulated annealing on the exact model until ``budget_s``.
+                        top_k: int = 5, efficiency: cm.Efficiency | None = None,
+                        max_evaluations: int | None = None) -> BaselineResult:
+  """Batched simulated annealing on the exact model until ``budget_s`` (or
+  ``max_evaluations`` scored plans).
 
   ``chains`` independent chains start from uniform samples; each iteration
   proposes one random neighbour per chain (one variable moved by one option,
@@ -251,8 +256,11 @@ def simulated_annealing(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_
   s = ev.scores(cur)
   top.add(cur, s)
   cur_o = np.log(rounding.objective(s.step_time_s, s.feasible, s.excess))
-  while time.perf_counter() - t0 < budget_s:
+  limit = max_evaluations if max_evaluations is not None else np.inf
+  while time.perf_counter() - t0 < budget_s and ev.count + chains <= limit:
     frac = min((time.perf_counter() - t0) / max(budget_s, 1e-9), 1.0)
+    if max_evaluations is not None:
+      frac = max(frac, min(ev.count / max(limit, 1), 1.0))
     temp = t_start * (t_end / t_start) ** frac
     nbs, own = rounding.neighbours(fs, cur)
     if len(nbs) == 0:
