@@ -39,7 +39,7 @@ def is_concrete(x: Any) -> bool:
   """True when ``x`` holds plain numbers (Python or NumPy) to check eagerly.
 
   JAX arrays are never checked: JAX rebuilds these dataclasses with arrays of
-  cotangents, batched values or placeholders as leaves (``grad``, ``vmap``,
+  cotangents, batched values or sentinel objects as leaves (``grad``, ``vmap``,
   tree utilities), which must not be held to the rules of user input.
   """
   return isinstance(x, (bool, numbers.Number, np.ndarray, np.generic))
