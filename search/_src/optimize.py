@@ -142,6 +142,13 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
     ValueError: for an unknown family or non-positive ``starts``, ``steps``
       or ``top_k``.
 
+  Notes:
+    Compilation dominates a cold search (one relaxed loop and one exact
+    evaluator per family); jobs that differ only in numbers (lengths, batch
+    sizes, hardware figures) reuse the compiled code. Each compiled function
+    keeps its machine code mapped; a process that searches many differently
+    shaped jobs may call ``jax.clear_caches()`` between them.
+
   Example:
     >>> import costmodel as cm, search
     >>> job = cm.RLJob("grpo", cm.models.get("qwen2.5-1.5b"))
@@ -192,6 +199,11 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
       entries.append((float(r.objective[i]), k, i))
   entries.sort()
   feasible = [(k, i) for _, k, i in entries if runs[k].ranked.feasible[i]]
+  if not entries:
+    return SearchResult(None, None, None, (), (), bound, best_by, history,
+                        time.perf_counter() - t0, sum(r.ev.count for r in runs),
+                        "no valid discrete plan: every rounded layout breaks a divisibility "
+                        f"rule of the pools ({', '.join(r.fs.family for r in runs)})")
   if not feasible:
     _, k, i = entries[0]
     run = runs[k]
