@@ -14,6 +14,16 @@ from costmodel._src.calibrate import calibrate
 from costmodel._src.calibrate import split_cases
 from costmodel._src.cluster import Cluster
 from costmodel._src.collectives import collective_time
+from costmodel._src.constraints import RULE_SETS
+from costmodel._src.constraints import RULES
+from costmodel._src.constraints import Rule
+from costmodel._src.constraints import check_rules
+from costmodel._src.constraints import engine_fields
+from costmodel._src.constraints import layout_fields
+from costmodel._src.constraints import model_fields
+from costmodel._src.constraints import rule_mask
+from costmodel._src.constraints import rule_penalty
+from costmodel._src.constraints import rule_violations
 from costmodel._src.efficiency import Efficiency
 from costmodel._src.estimate import Estimate
 from costmodel._src.hardware import Hardware
@@ -53,19 +63,29 @@ __all__ = (
     "Plan",
     "Pool",
     "RLJob",
+    "RULES",
+    "RULE_SETS",
     "ResponseLength",
     "RolePlan",
+    "Rule",
     "StageTimes",
     "calibrate",
+    "check_rules",
     "collective_time",
+    "engine_fields",
     "estimate",
     "fit_microbenchmarks",
     "hardware",
+    "layout_fields",
+    "model_fields",
     "models",
     "plot",
     "published_table",
     "read_verl_log",
     "roofline",
+    "rule_mask",
+    "rule_penalty",
+    "rule_violations",
     "split_cases",
     "steady_state",
     "validate_plan",

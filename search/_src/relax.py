@@ -110,7 +110,7 @@ def _objective(fs_static, job, cluster, eff, x, tau, weight):
   plan = structure.to_plan(v)
   est = cm.estimate(job, plan, cluster, eff, tau=tau)
   penalty = (space_lib.memory_excess(structure, v, est, job, cluster)
-             + space_lib.layout_violation(structure, v))
+             + space_lib.layout_violation(structure, v, job))
   step = est.step_time_s
   loss = jnp.log(jnp.maximum(step, 1e-9)) + weight * penalty
   return loss, (step, penalty)
