@@ -47,6 +47,7 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
@@ -266,6 +267,12 @@ def rules(scope: str, rule_sets: Sequence[str] = (), only: Sequence[str] | None 
   Raises:
     ValueError: for an unknown scope, rule set or rule name.
   """
+  return _rules(scope, tuple(rule_sets), None if only is None else tuple(only))
+
+
+@functools.lru_cache(maxsize=256)
+def _rules(scope: str, rule_sets: tuple[str, ...], only: tuple[str, ...] | None
+           ) -> tuple[Rule, ...]:
   scopes = sorted({r.scope for r in RULES})
   if scope not in scopes:
     raise ValueError(f"scope={scope!r} is not one of {scopes}")
@@ -324,9 +331,9 @@ def check_rules(scope: str, fields: Fields, where: str = "",
   Raises:
     ValueError: ``where`` + the rule's message (field, value, rule).
   """
-  f = {k: float(np.asarray(v, dtype=float)) for k, v in fields.items()}
+  f = {k: float(v) for k, v in fields.items()}
   for r in rules(scope, rule_sets):
-    if float(r.measure(f, np, True)) > 0:
+    if r.measure(f, np, True) > 0:
       raise ValueError(where + r.message({**f, **(labels or {})}))
 
 

@@ -200,9 +200,16 @@ def _concrete(fields: dict) -> bool:
   return all(_int(v) is not None for v in fields.values())
 
 
+def _samples(job: RLJob) -> float:
+  """Samples per step for the batch rules (0, which every batch rule accepts, when traced)."""
+  p, s = job.prompts_per_step, job.samples_per_prompt
+  if not (pytree.is_concrete(p) and pytree.is_concrete(s)):
+    return 0.0
+  return float(np.asarray(p, dtype=float) * np.asarray(s, dtype=float))
+
+
 def _check_layout(where: str, job: RLJob, role: str, layout: Parallel, gpus: float,
-                  trained: bool, frameworks: tuple[str, ...]) -> None:
-  samples = float(job.samples_per_step)
+                  trained: bool, frameworks: tuple[str, ...], samples: float) -> None:
   fields = rules.layout_fields(role_model(job, role), gpus, layout.tp, layout.pp, layout.cp,
                                layout.ep, zero=layout.zero_stage,
                                micro_batch=layout.micro_batch, samples=samples,
@@ -230,6 +237,7 @@ def validate(plan: Plan, job: RLJob, cluster: Cluster, frameworks: tuple[str, ..
   """
   frameworks = tuple(frameworks)
   rules.rules("pool", frameworks)  # rejects unknown rule sets early
+  samples = _samples(job)
   names = [p.name for p in plan.pools]
   if len(set(names)) != len(names):
     raise ValueError(f"Plan: pool names {names} must be unique")
@@ -267,9 +275,9 @@ def validate(plan: Plan, job: RLJob, cluster: Cluster, frameworks: tuple[str, ..
       continue
     if r.train is not None:
       _check_layout(f"Plan: {r.role} train layout", job, r.role, r.train, gpus, True,
-                    frameworks)
+                    frameworks, samples)
     _check_layout(f"Plan: {r.role} infer layout", job, r.role, r.infer_layout, gpus, False,
-                  frameworks)
+                  frameworks, samples)
   gpus = sizes[plan.rollout_pool]
   e = plan.engine
   fields = rules.engine_fields(job.actor, gpus, e.tp, e.pp, e.ep)
