@@ -14,9 +14,6 @@ from costmodel._src.calibrate import calibrate
 from costmodel._src.calibrate import split_cases
 from costmodel._src.cluster import Cluster
 from costmodel._src.collectives import collective_time
-from costmodel._src.constraints import RULE_SETS
-from costmodel._src.constraints import RULES
-from costmodel._src.constraints import Rule
 from costmodel._src.constraints import check_rules
 from costmodel._src.constraints import engine_fields
 from costmodel._src.constraints import layout_fields
@@ -44,6 +41,9 @@ from costmodel._src.plan import Pool
 from costmodel._src.plan import RolePlan
 from costmodel._src.plan import validate as validate_plan
 from costmodel._src.roofline import roofline
+from costmodel._src.rule_table import RULE_SETS
+from costmodel._src.rule_table import RULES
+from costmodel._src.rule_table import Rule
 from costmodel._src.step import estimate
 from costmodel._src.validation.cases import Case
 from costmodel._src.validation.log_cases import verl_log_cases
