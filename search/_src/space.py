@@ -315,10 +315,12 @@ class FamilySpace:
   def valid(self, values: np.ndarray, blocks=None) -> np.ndarray:
     """Which value vectors give a plan that runs (and is not a duplicate).
 
-    Mirrors :func:`costmodel.validate_plan` (degrees divide the pools, ZeRO-3
-    only without TP/PP/EP, pools within the cluster) and drops equivalent
-    duplicates: a micro-batch or concurrency cap above what a rank or engine
-    holds acts like the smallest option that covers it.
+    The rules are the cost model's rule table (:data:`costmodel.RULES`, read
+    by :func:`costmodel.rule_mask`): those :func:`costmodel.validate_plan`
+    checks plus the optional ``zero3`` set (ZeRO-3 only without TP/PP/EP).
+    It also drops equivalent duplicates: a micro-batch or concurrency cap
+    above what a rank or engine holds acts like the smallest option that
+    covers it.
 
     Args:
       values: [..., V] value vectors.
