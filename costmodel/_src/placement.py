@@ -193,13 +193,18 @@ def build_plan(family: Placement | str, job: RLJob, pool_gpus: Mapping[str, floa
                mode: Mode | None = None) -> Plan:
   """A plan of ``job``'s roles on a placement family's pools.
 
+  Layouts not given (or None) default as the frameworks do: the actor trains
+  with ``Parallel()``, the critic with the actor's training layout; the actor
+  and critic infer with their training layouts, the reference and reward
+  model with the actor's inference layout (else its training layout).
+
   Args:
     family: A :class:`Placement` or the name of a registered one.
     job: The RL job (its algorithm decides the roles placed).
     pool_gpus: GPUs of each of the family's pools.
     engine: The rollout engines (defaults if None).
-    train: Training layout of the actor and critic.
-    infer: Inference layout of each role (missing: its training layout).
+    train: Training layouts of the actor and critic.
+    infer: Inference layouts by role.
     mode: Execution mode (default: the family's).
 
   Raises:
@@ -217,5 +222,11 @@ def build_plan(family: Placement | str, job: RLJob, pool_gpus: Mapping[str, floa
   """
   p = placement(family) if isinstance(family, str) else family
   p.check_job(job)
+  given = lambda m: {k: v for k, v in (m or {}).items() if v is not None}
+  train, infer = given(train), given(infer)
+  actor_train = train.get("actor", Parallel())
+  actor_infer = infer.get("actor", actor_train)
+  train = {r: train.get(r, actor_train) for r in TRAINED_ROLES}
+  infer = {r: infer.get(r, None if r in TRAINED_ROLES else actor_infer) for r in ROLES}
   return p.plan(pool_gpus, required_roles(job), engine if engine is not None else Engine(),
                 train=train, infer=infer, mode=mode)

@@ -175,13 +175,10 @@ class Plan:
 
 
 def _layouts(train: Parallel | None, infer: Parallel | None, critic: Parallel | None):
-  """(train, infer) layouts per role of the constructors: the actor's training
-  layout defaults to ``Parallel()``, the critic's to the actor's; inference
-  roles run ``infer`` or else the actor's training layout."""
-  train = train if train is not None else Parallel()
-  return ({"actor": train, "critic": critic or train},
-          {"actor": infer, "critic": infer, "reference": infer or train,
-           "reward": infer or train})
+  """(train, infer) layouts by role of the constructors (``build_plan`` fills
+  in the defaults: the critic trains like the actor, inference roles run the
+  actor's inference layout)."""
+  return {"actor": train, "critic": critic}, {"actor": infer, "critic": infer}
 
 
 def _int(v) -> float | None:
