@@ -35,10 +35,15 @@ from costmodel._src.measurements import steady_state
 from costmodel._src.microbench import MicrobenchFit
 from costmodel._src.microbench import fit_microbenchmarks
 from costmodel._src.model import ModelSpec
+from costmodel._src.placement import Placement
+from costmodel._src.placement import build_plan
+from costmodel._src.placement import placement
+from costmodel._src.placement import placements
 from costmodel._src.plan import Mode
 from costmodel._src.plan import Plan
 from costmodel._src.plan import Pool
 from costmodel._src.plan import RolePlan
+from costmodel._src.plan import required_roles
 from costmodel._src.plan import validate as validate_plan
 from costmodel._src.roofline import roofline
 from costmodel._src.rule_table import RULE_SETS
@@ -60,6 +65,7 @@ __all__ = (
     "Mode",
     "ModelSpec",
     "Parallel",
+    "Placement",
     "Plan",
     "Pool",
     "RLJob",
@@ -69,6 +75,7 @@ __all__ = (
     "RolePlan",
     "Rule",
     "StageTimes",
+    "build_plan",
     "calibrate",
     "check_rules",
     "collective_time",
@@ -79,9 +86,12 @@ __all__ = (
     "layout_fields",
     "model_fields",
     "models",
+    "placement",
+    "placements",
     "plot",
     "published_table",
     "read_verl_log",
+    "required_roles",
     "roofline",
     "rule_mask",
     "rule_penalty",

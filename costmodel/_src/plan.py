@@ -22,6 +22,8 @@ from costmodel._src.layout import Parallel
 from costmodel._src.model import ModelSpec
 
 ROLES = ("actor", "reference", "critic", "reward")
+# Roles with a training phase (and a training layout).
+TRAINED_ROLES = ("actor", "critic")
 
 
 @pytree.pytree_dataclass
@@ -145,48 +147,39 @@ class Plan:
   def replace(self, **changes) -> Plan:
     return dataclasses.replace(self, **changes)
 
-  # ----- convenience constructors -----------------------------------------
+  # ----- convenience constructors (placement families, see placement.py) ---
 
   @classmethod
   def colocated(cls, job: RLJob, cluster: Cluster, train: Parallel | None = None,
                 engine: Engine | None = None, infer: Parallel | None = None,
                 critic: Parallel | None = None, mode: Mode | None = None) -> Plan:
     """Every role and the engines on one pool of the whole cluster (veRL's
-    hybrid engine, DeepSpeed-Chat)."""
-    train = train if train is not None else Parallel()
-    pool = Pool("all", float(cluster.n_gpus))
-    roles = []
-    for role in required_roles(job):
-      if role in ("actor",):
-        roles.append(RolePlan(role, "all", train=train, infer=infer))
-      elif role == "critic":
-        roles.append(RolePlan(role, "all", train=critic or train, infer=infer))
-      else:
-        roles.append(RolePlan(role, "all", infer=infer or train))
-    return cls(pools=(pool,), roles=tuple(roles), engine=engine or Engine(),
-               rollout_pool="all", mode=mode or Mode())
+    hybrid engine, DeepSpeed-Chat): the ``colocated`` placement."""
+    from costmodel._src import placement  # pylint: disable=g-import-not-at-top (cycle)
+    return placement.build_plan("colocated", job, {"all": float(cluster.n_gpus)}, engine,
+                                *_layouts(train, infer, critic), mode=mode)
 
   @classmethod
   def split(cls, job: RLJob, cluster: Cluster, gen_gpus: int, train: Parallel | None = None,
             engine: Engine | None = None, infer: Parallel | None = None,
             critic: Parallel | None = None, mode: Mode | None = None) -> Plan:
     """Generation on its own pool of ``gen_gpus``; every other role on the rest
-    (OpenRLHF, one-step-off-policy and fully asynchronous recipes)."""
+    (OpenRLHF, one-step-off-policy and fully asynchronous recipes): the
+    ``split`` placement's pools with any mode."""
+    from costmodel._src import placement  # pylint: disable=g-import-not-at-top (cycle)
     n = cluster.n_gpus
     if not 0 < gen_gpus < n:
       raise ValueError(f"Plan.split: gen_gpus={gen_gpus} must lie in (0, {n})")
-    train = train if train is not None else Parallel()
-    pools = (Pool("gen", float(gen_gpus)), Pool("train", float(n - gen_gpus)))
-    roles = []
-    for role in required_roles(job):
-      if role == "actor":
-        roles.append(RolePlan(role, "train", train=train, infer=infer))
-      elif role == "critic":
-        roles.append(RolePlan(role, "train", train=critic or train, infer=infer))
-      else:
-        roles.append(RolePlan(role, "train", infer=infer or train))
-    return cls(pools=pools, roles=tuple(roles), engine=engine or Engine(),
-               rollout_pool="gen", mode=mode or Mode())
+    return placement.build_plan("split", job, {"gen": float(gen_gpus),
+                                               "train": float(n - gen_gpus)}, engine,
+                                *_layouts(train, infer, critic), mode=mode)
+
+
+def _layouts(train: Parallel | None, infer: Parallel | None, critic: Parallel | None):
+  """(train, infer) layouts by role of the constructors (``build_plan`` fills
+  in the defaults: the critic trains like the actor, inference roles run the
+  actor's inference layout)."""
+  return {"actor": train, "critic": critic}, {"actor": infer, "critic": infer}
 
 
 def _int(v) -> float | None:

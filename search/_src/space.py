@@ -1,16 +1,8 @@
 """The search space: placement families and the layout variables inside each.
 
-A *family* fixes which roles share a GPU pool and the execution mode:
-
-* ``colocated``: every role and the rollout engines on one pool of the whole
-  cluster, synchronous (veRL's hybrid engine);
-* ``split``: the engines on a rollout pool, every other role on one training
-  pool, synchronous (OpenRLHF);
-* ``split_async``: the same pools, staleness 1 (one-step-off-policy);
-* ``split_async_partial``: staleness 1 with partial rollouts (fully
-  asynchronous, the generation tail carried over);
-* ``split3`` (jobs with a critic): a rollout pool, an actor + reference pool
-  and a critic (+ reward model) pool, synchronous.
+A *family* is a registered :class:`costmodel.Placement` (see
+:func:`costmodel.placements`): it fixes the pools, which role sits on which,
+the rollout pool, the execution mode and the jobs it applies to.
 
 The family is *enumerated*, not relaxed: the search optimises inside each
 family and compares the families' rounded plans exactly. Inside a family every
@@ -46,25 +38,11 @@ import jax.numpy as jnp
 import numpy as np
 
 import costmodel as cm
-from costmodel._src.plan import required_roles
 from costmodel._src.stages import generate as gen_lib
 
-FAMILIES = ("colocated", "split", "split_async", "split_async_partial", "split3")
+# Names of the registered placement families, in registry order.
+FAMILIES = tuple(p.name for p in cm.placements())
 
-_FAMILY_POOLS = {
-    "colocated": ("all",),
-    "split": ("gen", "train"),
-    "split_async": ("gen", "train"),
-    "split_async_partial": ("gen", "train"),
-    "split3": ("gen", "actor", "critic"),
-}
-_FAMILY_MODES = {
-    "colocated": (0, False),
-    "split": (0, False),
-    "split_async": (1, False),
-    "split_async_partial": (1, True),
-    "split3": (0, False),
-}
 # Roles that carry their own parallel degrees (the reference follows the actor).
 _LAYOUT_ROLES = ("actor", "critic", "reward")
 _TRAINED = ("actor", "critic")
@@ -157,19 +135,7 @@ class Var(NamedTuple):
 
 def default_families(job: cm.RLJob) -> tuple[str, ...]:
   """Families that apply to ``job`` (``split3`` needs a critic)."""
-  fams = ["colocated", "split", "split_async", "split_async_partial"]
-  if job.has_critic:
-    fams.append("split3")
-  return tuple(fams)
-
-
-def role_pool(family: str, role: str) -> str:
-  """The pool a role lives on in ``family``."""
-  if family == "colocated":
-    return "all"
-  if family == "split3":
-    return "actor" if role in ("actor", "reference") else "critic"
-  return "train"
+  return tuple(p.name for p in cm.placements(job))
 
 
 def pool_sizes(cluster: cm.Cluster) -> np.ndarray:
@@ -190,13 +156,16 @@ class Structure:
   n_gpus: int
 
   @property
+  def placement(self) -> cm.Placement:
+    return cm.placement(self.family)
+
+  @property
   def pools(self) -> tuple[str, ...]:
-    return _FAMILY_POOLS[self.family]
+    return self.placement.pools
 
   @property
   def mode(self) -> cm.Mode:
-    staleness, partial = _FAMILY_MODES[self.family]
-    return cm.Mode(staleness=staleness, partial_rollout=partial)
+    return self.placement.mode
 
   def index(self, name: str) -> int:
     return self.names.index(name)
@@ -205,7 +174,7 @@ class Structure:
     """The plan of one value vector ``v`` (numpy: concrete; jax: traceable)."""
     concrete = isinstance(v, np.ndarray)
     get = (lambda n: float(v[self.index(n)])) if concrete else (lambda n: v[self.index(n)])
-    pools = tuple(cm.Pool(p, get(f"pool.{p}")) for p in self.pools)
+    pool_gpus = {p: get(f"pool.{p}") for p in self.pools}
 
     def layout(role: str, mb: str, offload_role: str | None = None) -> cm.Parallel:
       return cm.Parallel(tp=get(f"{role}.tp"), pp=get(f"{role}.pp"), cp=get(f"{role}.cp"),
@@ -214,16 +183,9 @@ class Structure:
                          recompute=get(f"{role}.recompute") if role in _TRAINED else 0.0,
                          offload=get(f"{offload_role or role}.offload"))
 
-    roles = []
-    for role in self.roles:
-      pool = role_pool(self.family, role)
-      if role in _TRAINED:
-        roles.append(cm.RolePlan(role, pool, train=layout(role, "mb_train"),
-                                 infer=layout(role, "mb_infer")))
-      elif role == "reference":
-        roles.append(cm.RolePlan(role, pool, infer=layout("actor", "mb_infer", "reference")))
-      else:
-        roles.append(cm.RolePlan(role, pool, infer=layout(role, "mb_infer")))
+    train = {r: layout(r, "mb_train") for r in self.roles if r in _TRAINED}
+    infer = {r: layout("actor", "mb_infer", "reference") if r == "reference"
+             else layout(r, "mb_infer") for r in self.roles}
     tp = get("engine.tp")
     ep_on = get("engine.ep")
     if concrete:
@@ -233,8 +195,7 @@ class Structure:
     engine = cm.Engine(tp=tp, pp=get("engine.pp"), ep=ep,
                        memory_fraction=get("engine.memory_fraction"),
                        max_seqs=get("engine.max_seqs"))
-    return cm.Plan(pools=pools, roles=tuple(roles), engine=engine, rollout_pool="gen"
-                   if self.family != "colocated" else "all", mode=self.mode)
+    return self.placement.plan(pool_gpus, self.roles, engine, train=train, infer=infer)
 
 
 def _tp_options(model: cm.ModelSpec, hi: int) -> list[int]:
@@ -298,7 +259,7 @@ class FamilySpace:
     return values[..., self.index(name)]
 
   def pool_of(self, values: np.ndarray, role: str) -> np.ndarray:
-    return self.col(values, f"pool.{role_pool(self.family, role)}")
+    return self.col(values, f"pool.{self.structure.placement.pool_of(role)}")
 
   @property
   def blocks(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -358,7 +319,7 @@ class FamilySpace:
 
   @property
   def rollout_pool(self) -> str:
-    return "all" if self.family == "colocated" else "gen"
+    return self.structure.placement.rollout_pool
 
   def _layout_fields(self, values: np.ndarray, role: str) -> dict:
     """The rule table's ``layout`` fields of ``role`` over rows of values."""
@@ -582,11 +543,12 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
   """
   if family not in FAMILIES:
     raise ValueError(f"family={family!r} is not one of {FAMILIES}")
+  placement = cm.placement(family)
   opts = options if options is not None else SpaceOptions()
-  roles = required_roles(job)
-  if family == "split3" and not job.has_critic:
+  roles = cm.required_roles(job)
+  if not placement.applies_to(job):
     return None
-  pools = _FAMILY_POOLS[family]
+  pools = placement.pools
   n = cluster.n_gpus
   if len(pools) > n:
     return None
@@ -594,7 +556,7 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
   vars_: list[Var] = []
   sizes = pool_sizes(cluster)
   for p in pools:
-    if family == "colocated":
+    if len(pools) == 1:  # one pool holds the whole cluster
       vars_.append(Var(f"pool.{p}", POOL, np.asarray([float(n)])))
     else:
       vars_.append(Var(f"pool.{p}", POOL, sizes[sizes <= n - (len(pools) - 1)]))
@@ -681,12 +643,12 @@ def layout_violation(structure: Structure, v: jax.Array, job: cm.RLJob,
   for role in _LAYOUT_ROLES:
     if role not in structure.roles:
       continue
-    gpus = get(f"pool.{role_pool(structure.family, role)}")
+    gpus = get(f"pool.{structure.placement.pool_of(role)}")
     fields = cm.layout_fields(_role_model(job, role), gpus,
                               *(get(f"{role}.{d}") for d in ("tp", "pp", "cp", "ep")),
                               zero=get(f"{role}.zero"))
     total = total + cm.rule_penalty("layout", fields, tau, _SEARCH_RULES, xp=jnp)
-  rollout = "all" if structure.family == "colocated" else "gen"
+  rollout = structure.placement.rollout_pool
   etp = get("engine.tp")
   fields = cm.engine_fields(job.actor, get(f"pool.{rollout}"), etp, get("engine.pp"),
                             jnp.where(get("engine.ep") > 0.5, etp, 1.0))
