@@ -8,11 +8,11 @@ import jax
 import numpy as np
 
 from costmodel._src import pytree
+from costmodel._src.units import GIB
 
 PARTS = ("compute", "memory", "comm", "bubble", "overhead")
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "kv_cache",
                 "workspace")
-_GIB = float(2**30)
 
 
 @pytree.pytree_dataclass
@@ -108,11 +108,11 @@ class Estimate:
     for i, name in enumerate(self.stage_names):
       need = mem[i].sum()
       if need > lim[i] * (1 + 1e-6):
-        parts = ", ".join(f"{p} {v / _GIB:.1f}"
+        parts = ", ".join(f"{p} {v / GIB:.1f}"
                           for p, v in zip(MEMORY_PARTS, mem[i], strict=True) if v > 0)
         out.append(f"stage {name!r} on pool {self.stage_pools[i]!r} needs "
-                   f"{need / _GIB:.1f} GiB per GPU ({parts}) but {lim[i] / _GIB:.1f} GiB "
-                   f"are available: short by {(need - lim[i]) / _GIB:.1f} GiB")
+                   f"{need / GIB:.1f} GiB per GPU ({parts}) but {lim[i] / GIB:.1f} GiB "
+                   f"are available: short by {(need - lim[i]) / GIB:.1f} GiB")
     if not out and not bool(np.asarray(self.feasible)):
       out.append("stage 'generate': the KV cache holds less than one sequence")
     return tuple(out)
@@ -134,8 +134,8 @@ class Estimate:
              "",
              f"{'stage':<14}{'pool':<8}{'start':>8}{'end':>8}{'time':>8}"
              + "".join(f"{p:>9}" for p in PARTS) + f"{'mem GiB':>9}{'limit':>7}"]
-    mem = np.asarray(self.memory_bytes).sum(-1) / _GIB
-    lim = np.asarray(self.memory_limit_bytes) / _GIB
+    mem = np.asarray(self.memory_bytes).sum(-1) / GIB
+    lim = np.asarray(self.memory_limit_bytes) / GIB
     for i, name in enumerate(self.stage_names):
       lines.append(
           f"{name:<14}{self.stage_pools[i]:<8}{float(self.start_s[i]):>8.1f}"
