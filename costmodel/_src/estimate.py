@@ -36,13 +36,21 @@ class Estimate:
     depth_s: Stage critical path.
     memory_bytes: [stages, 7] bytes per GPU (weights, gradients, optimizer,
       activations, logits, kv_cache, workspace).
-    memory_limit_bytes: [stages] bytes per GPU available.
+    memory_limit_bytes: [stages] bytes per GPU available (the HBM of the
+      stage's pool's GPU).
+    memory_excess: [stages] how far each stage is from fitting, relative to
+      its limit: ``relu_tau(need / limit - 1)``, the generation row plus the
+      engine's own budget ``relu_tau((engine weights + workspace + one longest
+      sequence's KV) / (memory_fraction x HBM) - 1)``. Zero when the plan
+      fits; smooth for tau > 0.
     pool_gpus, pool_busy_s, pool_idle_s: Per pool.
     tokens_per_s, samples_per_s, tokens_per_s_per_gpu: Throughput.
     mfu: Model FLOPs of all stages / (step time x GPUs x peak).
     lower_bound_s: Roofline lower bound for the step on this cluster:
       max(total work / GPUs, generation depth).
-    feasible: Every stage fits in memory (and the concurrency is >= 1).
+    feasible: Every stage fits in memory and the engines run at least one
+      sequence each (concurrency >= 1); at tau = 0 the memory part is exactly
+      ``all(memory_excess == 0)``.
     gen_concurrency: Peak running sequences per engine.
     gen_decode_tokens_per_s: Decode tokens/s per engine.
     gen_tail_share: Share of decode time in the long tail.
@@ -61,6 +69,7 @@ class Estimate:
   depth_s: jax.Array = None
   memory_bytes: jax.Array = None
   memory_limit_bytes: jax.Array = None
+  memory_excess: jax.Array = None
   pool_gpus: jax.Array = None
   pool_busy_s: jax.Array = None
   pool_idle_s: jax.Array = None
