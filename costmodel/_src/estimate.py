@@ -7,6 +7,7 @@ import dataclasses
 import jax
 import numpy as np
 
+from costmodel._src import algorithms
 from costmodel._src import pytree
 from costmodel._src.units import GIB
 
@@ -108,22 +109,32 @@ class Estimate:
 
   @property
   def violations(self) -> tuple[str, ...]:
-    """Human-readable reasons why the plan does not fit (empty when feasible)."""
+    """Human-readable reasons why the plan does not fit (empty when feasible).
+
+    A stage is reported where its ``memory_excess`` is positive: over its
+    limit, or (generation) over the engine's own budget.
+    """
     mem = np.asarray(self.memory_bytes)
     lim = np.asarray(self.memory_limit_bytes)
+    excess = np.asarray(self.memory_excess)
     if mem.ndim != 2:
       raise ValueError("violations needs a single (unbatched) Estimate")
     out = []
     for i, name in enumerate(self.stage_names):
+      if not excess[i] > 0:
+        continue
       need = mem[i].sum()
-      if need > lim[i] * (1 + 1e-6):
+      if need > lim[i]:
         parts = ", ".join(f"{p} {v / GIB:.1f}"
                           for p, v in zip(MEMORY_PARTS, mem[i], strict=True) if v > 0)
         out.append(f"stage {name!r} on pool {self.stage_pools[i]!r} needs "
                    f"{need / GIB:.1f} GiB per GPU ({parts}) but {lim[i] / GIB:.1f} GiB "
                    f"are available: short by {(need - lim[i]) / GIB:.1f} GiB")
+      else:
+        out.append(f"stage {name!r}: the engine's weights, workspace and one longest "
+                   "sequence's KV cache exceed its memory_fraction of HBM")
     if not out and not bool(np.asarray(self.feasible)):
-      out.append("stage 'generate': the KV cache holds less than one sequence")
+      out.append(f"stage {algorithms.GENERATE!r}: the KV cache holds less than one sequence")
     return tuple(out)
 
   def summary(self) -> str:
