@@ -102,3 +102,18 @@ def test_smooth_with_finite_gradients_at_positive_tau(x64, cluster_2x8):
   # The relaxed excess tends to the exact one as tau -> 0.
   exact = float(excess(*x, 0.0))
   assert float(excess(*x, 1e-4)) == pytest.approx(exact, rel=1e-2)
+
+
+def test_relu_flat_is_exact_at_zero_and_vanishes_where_the_constraint_holds():
+  from costmodel._src import smooth
+  x = jnp.asarray([-2.0, -1e-3, 0.0, 0.01, 0.05, 0.1, 0.5, 3.0])
+  np.testing.assert_array_equal(np.asarray(smooth.relu_flat(x, 1.0, 0.0)),
+                                np.maximum(np.asarray(x), 0.0))
+  soft = np.asarray(smooth.relu_flat(x, 1.0, 0.1))
+  np.testing.assert_array_equal(soft[:3], 0.0)
+  # w = 0.1: quadratic x^2 / 0.2 up to w, then x - 0.05.
+  np.testing.assert_allclose(soft[3:], [0.0005, 0.0125, 0.05, 0.45, 2.95], rtol=1e-6)
+  g = jax.vmap(jax.grad(lambda v: smooth.relu_flat(v, 1.0, 0.1)))(x)
+  np.testing.assert_allclose(np.asarray(g), [0, 0, 0, 0.1, 0.5, 1.0, 1.0, 1.0], atol=1e-6)
+  g0 = jax.vmap(jax.grad(lambda v: smooth.relu_flat(v, 1.0, 0.0)))(x)
+  assert np.all(np.isfinite(np.asarray(g0)))

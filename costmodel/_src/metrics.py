@@ -5,8 +5,9 @@ Memory is judged here only. Per stage, ``memory_excess = relu_tau(need /
 limit - 1)`` with the limit the HBM of the stage's pool's GPU (with a relative
 tolerance of :data:`FIT_TOLERANCE`); the generation row adds the engine's own
 budget, ``relu_tau((engine weights + workspace + one longest sequence's KV) /
-(memory_fraction x HBM) - 1)``. Both are zero when the plan fits and smooth
-for ``tau > 0`` (the search's penalty).
+(memory_fraction x HBM) - 1)``. ``relu_tau`` is :func:`smooth.relu_flat`: the
+exact relu at tau = 0 and, for tau > 0 (the search's penalty), a surrogate
+with a continuous gradient that is still exactly zero where the plan fits.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ FIT_TOLERANCE = 1e-6
 """Relative slack of a memory limit (need <= limit x (1 + tolerance) fits)."""
 
 _NO_LIMIT_BYTES = 1e30  # CPU stages hold no GPU memory
+_EXCESS_WIDTH = 0.1  # smoothing width of the excess: 0.1 tau of the limit
 
 
 def _engine_ratio(gen: common.StageCost) -> jax.Array:
@@ -49,8 +51,8 @@ def memory_excess(rows: jax.Array, limits: jax.Array, on_gpu: tuple[bool, ...],
   ratio = jnp.where(mask, ratio, -1.0)
   engine = _engine_ratio(gen)
   onehot = jnp.arange(len(on_gpu)) == gen_index
-  excess = jnp.where(mask, smooth.relu(ratio, 1.0, tau), 0.0)
-  excess = excess + jnp.where(onehot, smooth.relu(engine, 1.0, tau), 0.0)
+  excess = jnp.where(mask, smooth.relu_flat(ratio, _EXCESS_WIDTH, tau), 0.0)
+  excess = excess + jnp.where(onehot, smooth.relu_flat(engine, _EXCESS_WIDTH, tau), 0.0)
   fits = jnp.all(ratio <= 0.0) & (engine <= 0.0)
   return excess, fits
 
