@@ -29,6 +29,7 @@ from costmodel._src import collectives
 from costmodel._src import smooth
 from costmodel._src.cluster import Cluster
 from costmodel._src.efficiency import Efficiency
+from costmodel._src.hardware import Hardware
 from costmodel._src.job import RLJob
 from costmodel._src.layout import Engine
 from costmodel._src.layout import Parallel
@@ -36,9 +37,19 @@ from costmodel._src.model import ModelSpec
 from costmodel._src.stages import common
 
 
+def nic_link(sender: Hardware, receiver: Hardware, eff: Efficiency):
+  """``(bytes/s, latency_s)`` of one NIC-to-NIC path between two pools' GPUs:
+  the slower side's achieved NIC bandwidth and the longer latency."""
+  send = sender.scaleout_bandwidth_bytes_per_s * sender.scaleout_efficiency
+  recv = receiver.scaleout_bandwidth_bytes_per_s * receiver.scaleout_efficiency
+  return (jnp.minimum(send, recv) * eff.link_efficiency,
+          jnp.maximum(sender.scaleout_latency_s, receiver.scaleout_latency_s))
+
+
 def weight_sync(model: ModelSpec, job: RLJob, train_layout: Parallel, train_gpus,
                 engine: Engine, gen_gpus, colocated: bool, cluster: Cluster,
-                eff: Efficiency, tau=0.0) -> common.StageCost:
+                eff: Efficiency, tau=0.0, gen_device: Hardware | None = None
+                ) -> common.StageCost:
   """Cost of one weight sync of the policy into the rollout engines.
 
   Args:
@@ -52,6 +63,9 @@ def weight_sync(model: ModelSpec, job: RLJob, train_layout: Parallel, train_gpus
     cluster: The cluster.
     eff: Efficiency parameters.
     tau: Smoothing temperature.
+    gen_device: The rollout pool's GPU when it differs from the training
+      pool's (``cluster.accelerator``); a disaggregated sync runs at the
+      slower side's NICs.
   """
   hw = cluster.accelerator
   total_bytes = float(model.total_params) * job.param_bytes
@@ -67,11 +81,10 @@ def weight_sync(model: ModelSpec, job: RLJob, train_layout: Parallel, train_gpus
     senders = train_gpus / jnp.where(train_layout.zero_stage >= 3, 1.0,
                                      train_gpus / train_model_parallel)
     links = jnp.minimum(senders, gen_gpus)
-    nic = hw.scaleout_bandwidth_bytes_per_s * hw.scaleout_efficiency * eff.link_efficiency
+    nic, latency_s = nic_link(hw, hw if gen_device is None else gen_device, eff)
     # The model crosses over min(senders, receivers) NICs, and every
     # generation GPU receives its engine shard through its own NIC.
-    move_s = smooth.smax(total_bytes / (links * nic), engine_shard / nic, tau) + \
-        hw.scaleout_latency_s
+    move_s = smooth.smax(total_bytes / (links * nic), engine_shard / nic, tau) + latency_s
   per_tensor = model.n_tensors * eff.sync_per_tensor_s
   overhead = eff.sync_overhead_s + per_tensor
   memory = common.Memory.zeros()._replace(weights=engine_shard)

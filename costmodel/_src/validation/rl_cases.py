@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
+from costmodel._src import algorithms
 from costmodel._src import hardware as hw_lib
 from costmodel._src import model_presets
 from costmodel._src.cluster import Cluster
@@ -52,13 +53,9 @@ VERL_DSV3 = ("volcengine/verl@b178a3c docs/perf/dpsk.md, "
 DS_CHAT = ("deepspeedai/DeepSpeedExamples@45b4b71 applications/DeepSpeed-Chat README.md, "
            "training/step3_rlhf_finetuning/BenckmarkSetting.md")
 
-# veRL stage names -> estimate stage names.
-VERL_STAGES = {
-    "gen": ("generate", "switch", "weight_sync"),
-    "old_log_prob": ("old_log_prob",),
-    "ref": ("reference",),
-    "update_actor": ("actor_update",),
-}
+# veRL stage names -> estimate stage names (the published runs are colocated and time
+# the weight reshard inside ``gen``).
+VERL_STAGES = algorithms.verl_log_stages(colocated=True, times_weight_sync=False)
 
 
 class Run(NamedTuple):
