@@ -12,9 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import yaml
 
 import costmodel as cm
-from search import export
+import export
 
 QWEN7B = cm.models.get("qwen2.5-7b")
 MOE = cm.models.get("qwen3-30b-a3b")
@@ -388,24 +389,37 @@ def test_nemo_rl_single_node_split_and_megatron():
       "distributed_data_parallel_config": {"use_custom_fsdp": False}}
 
 
-def test_to_yaml_exact():
+def test_to_yaml_reads_back_and_keeps_order():
   d = {"cluster": {"num_nodes": 2, "gpus_per_node": 8},
        "policy": {"model_name": "Qwen/Qwen2.5-7B", "flag": True, "ratio": 0.6, "none": None,
-                  "empty": {}, "sizes": [1, 2], "tricky": ["true", "1e3", "a b", ""]}}
-  assert export.to_yaml(d) == (
-      "cluster:\n"
-      "  num_nodes: 2\n"
-      "  gpus_per_node: 8\n"
-      "policy:\n"
-      "  model_name: Qwen/Qwen2.5-7B\n"
-      "  flag: true\n"
-      "  ratio: 0.6\n"
-      "  none: null\n"
-      "  empty: {}\n"
-      "  sizes: [1, 2]\n"
-      '  tricky: ["true", "1e3", "a b", ""]\n')
+                  "empty": {}, "sizes": [1, 2], "tricky": ["true", "1e3", "a b", "", "no"]}}
+  text = export.to_yaml(d)
+  assert yaml.safe_load(text) == d  # strings YAML would read as bools or numbers are quoted
+  assert text.startswith("cluster:\n  num_nodes: 2\n  gpus_per_node: 8\npolicy:\n")
   text = export.to_yaml(export.to_nemo_rl(*colocated_grpo()))
   assert "    colocated:\n      enabled: true\n" in text
+
+
+def test_registry_names_each_framework_and_its_version():
+  assert export.FRAMEWORKS == ("verl", "openrlhf", "nemo_rl")
+  plan, job, cluster = colocated_grpo()
+  for name in export.FRAMEWORKS:
+    e = export.get(name)
+    assert e.name == name and "@" in e.version
+    text = e.export(plan, job, cluster)
+    assert text.splitlines()[0] == e.header() and e.version in text.splitlines()[0]
+    assert text == e.render(e.to_config(plan, job, cluster))
+  assert export.get("verl").to_config(plan, job, cluster) == export.to_verl(plan, job, cluster)
+  body = export.get("nemo_rl").export(plan, job, cluster).split("\n", 1)[1]
+  assert yaml.safe_load(body) == export.to_nemo_rl(plan, job, cluster)
+  refusal(lambda: export.get("deepspeed_chat"), "framework='deepspeed_chat'", "verl")
+
+
+def test_search_export_is_an_alias():
+  import search  # pylint: disable=import-outside-toplevel
+  from search import export as old  # pylint: disable=import-outside-toplevel
+  assert old.to_verl is export.to_verl and old.get is export.get
+  assert search.write_plan is export.write_plan and search.plan_to_dict is export.plan_to_dict
 
 
 # ----- refusals --------------------------------------------------------------------

@@ -7,8 +7,8 @@ import math
 import numpy as np
 
 import costmodel as cm
+from export import describe
 from search._src.optimize import SearchResult
-from search._src.planfile import describe
 from search._src.rules import RuleResult
 
 

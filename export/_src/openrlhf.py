@@ -9,15 +9,16 @@ from __future__ import annotations
 import shlex
 
 import costmodel as cm
-from search._src.export.common import Concrete
-from search._src.export.common import Scalar
-from search._src.export.common import check_batch
-from search._src.export.common import check_recompute
-from search._src.export.common import concrete
-from search._src.export.common import fmt
-from search._src.export.common import node_layouts
-from search._src.export.common import refuse_degrees
-from search._src.export.common import same_degrees
+from export._src.base import Exporter
+from export._src.common import Concrete
+from export._src.common import Scalar
+from export._src.common import check_batch
+from export._src.common import check_recompute
+from export._src.common import concrete
+from export._src.common import fmt
+from export._src.common import node_layouts
+from export._src.common import refuse_degrees
+from export._src.common import same_degrees
 
 # dotted name (v0.10.2+, commit ed62d0e2) -> underscore name (v0.9.x-v0.10.1)
 _OPENRLHF_LEGACY = {
@@ -55,6 +56,8 @@ _OPENRLHF_LEGACY = {
 
 _OPENRLHF_ESTIMATOR = {"ppo": "gae", "grpo": "group_norm", "dapo": "group_norm",
                        "reinforce_pp": "reinforce", "rloo": "rloo"}
+
+VERSION = "OpenRLHF/OpenRLHF@v0.11.0 (3c3be62)"
 
 
 def _openrlhf_roles(c: Concrete) -> tuple[dict[str, bool], dict[str, str]]:
@@ -250,3 +253,7 @@ def to_openrlhf(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
 def openrlhf_command(argv: list[str]) -> str:
   """``python3 -m openrlhf.cli.train_ppo_ray ...``, quoted with :func:`shlex.join`."""
   return shlex.join(["python3", "-m", "openrlhf.cli.train_ppo_ray", *argv])
+
+
+EXPORTER = Exporter(name="openrlhf", framework="OpenRLHF", version=VERSION,
+                    to_config=to_openrlhf, render_settings=openrlhf_command, kind="command")

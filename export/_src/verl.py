@@ -12,16 +12,17 @@ import math
 import shlex
 
 import costmodel as cm
-from search._src.export.common import Concrete
-from search._src.export.common import Layout
-from search._src.export.common import Scalar
-from search._src.export.common import check_batch
-from search._src.export.common import check_recompute
-from search._src.export.common import concrete
-from search._src.export.common import fmt
-from search._src.export.common import node_layouts
-from search._src.export.common import refuse_degrees
-from search._src.export.common import same_degrees
+from export._src.base import Exporter
+from export._src.common import Concrete
+from export._src.common import Layout
+from export._src.common import Scalar
+from export._src.common import check_batch
+from export._src.common import check_recompute
+from export._src.common import concrete
+from export._src.common import fmt
+from export._src.common import node_layouts
+from export._src.common import refuse_degrees
+from export._src.common import same_degrees
 
 _RECOMPUTE_NAMES = ("none", "selective", "full")
 
@@ -35,6 +36,8 @@ _VERL_MODULES = {
     "one_step_off": ("verl.experimental.one_step_off_policy.main_ppo",
                      "one_step_off_ppo_megatron_trainer"),
 }
+
+VERSION = "verl-project/verl@1dda039"
 
 
 def _verl_engine_keys(o: dict, prefix: str, lay: Layout, strategy: str, role: str,
@@ -330,3 +333,7 @@ def verl_command(overrides: dict[str, Scalar], module: str | None = None,
     argv.append(f"--config-name={config_name}")
   argv += [f"{k}={fmt(v)}" for k, v in overrides.items()]
   return shlex.join(argv)
+
+
+EXPORTER = Exporter(name="verl", framework="veRL", version=VERSION, to_config=to_verl,
+                    render_settings=verl_command, kind="command")

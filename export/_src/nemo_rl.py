@@ -1,7 +1,7 @@
 """Export of a plan to NeMo-RL: a GRPO config as a nested dict.
 
 Shaped like NVIDIA-NeMo/RL ``examples/configs/grpo_math_1B.yaml``;
-:func:`search.export.to_yaml` writes it.
+:func:`export.to_yaml` writes it.
 """
 
 from __future__ import annotations
@@ -9,12 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 import costmodel as cm
-from search._src.export.common import Concrete
-from search._src.export.common import check_batch
-from search._src.export.common import check_recompute
-from search._src.export.common import concrete
-from search._src.export.common import refuse_degrees
-from search._src.export.common import same_degrees
+from export._src.base import Exporter
+from export._src.base import to_yaml
+from export._src.common import Concrete
+from export._src.common import check_batch
+from export._src.common import check_recompute
+from export._src.common import concrete
+from export._src.common import refuse_degrees
+from export._src.common import same_degrees
+
+VERSION = "NVIDIA-NeMo/RL@7ea279a"
 
 
 def _nemo_cluster(c: Concrete, cluster: cm.Cluster) -> tuple[dict, dict]:
@@ -185,3 +189,7 @@ def to_nemo_rl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
   }
   return out
 
+
+
+EXPORTER = Exporter(name="nemo_rl", framework="NeMo-RL", version=VERSION, to_config=to_nemo_rl,
+                    render_settings=to_yaml, kind="yaml")
