@@ -16,6 +16,7 @@ Plan files read back: ``export.read_plan(path).plan`` is the plan that
 ``export.write_plan(path, plan)`` wrote (with its job and cluster if given).
 """
 
+from export._src.areal import to_areal
 from export._src.base import Exporter
 from export._src.base import to_yaml
 from export._src.common import require_int
@@ -30,6 +31,8 @@ from export._src.planfile import read_plan
 from export._src.planfile import write_plan
 from export._src.registry import FRAMEWORKS
 from export._src.registry import get
+from export._src.slime import slime_command
+from export._src.slime import to_slime
 from export._src.verl import to_verl
 from export._src.verl import verl_command
 
@@ -44,8 +47,11 @@ __all__ = (
     "plan_to_dict",
     "read_plan",
     "require_int",
+    "slime_command",
+    "to_areal",
     "to_nemo_rl",
     "to_openrlhf",
+    "to_slime",
     "to_verl",
     "to_yaml",
     "verl_command",

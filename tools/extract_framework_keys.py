@@ -28,7 +28,8 @@ What is read from each:
   the ``vllm_cfg`` keys the vLLM worker reads, and the keyword arguments it
   passes to vLLM itself (which ``vllm_kwargs`` must not repeat).
 * slime: every flag of ``slime/utils/arguments.py``, the Megatron and SGLang
-  pass-through flags its launch scripts (``scripts/*.sh``) use, and whether
+  pass-through flags its launch scripts (``scripts/*.sh``) use (and whether
+  they are written with a value), and whether
   ``train.py`` / ``train_async.py`` exist.
 * AReaL: the key tree of ``GRPOConfig`` in ``areal/api/cli_args.py`` (dataclass
   fields with their annotations) and the terminals of the allocation grammar in
@@ -186,13 +187,17 @@ def extract_openrlhf(repo: Repo) -> dict:
 
 def extract_slime(repo: Repo) -> dict:
   flags = argparse_flags(repo.show("slime/utils/arguments.py"))
-  script_flags = set()
+  # A pass-through flag takes a value when some script writes one after it.
+  takes_value: dict[str, bool] = {}
   for path in repo.ls("scripts"):
     if path.endswith(".sh"):
-      script_flags.update(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", repo.show(path)))
+      for m in re.finditer(r"(?<![\w-])(--[a-z][a-z0-9-]*)([ \t=]+[^\s\\-][^\s\\]*)?",
+                           repo.show(path)):
+        takes_value[m.group(1)] = takes_value.get(m.group(1), False) or bool(m.group(2))
   top = set(repo.ls("."))
   return {"flags": flags,
-          "script_flags": sorted(script_flags - set(flags)),
+          "script_flags": {f: ("value" if v else "switch") for f, v in sorted(takes_value.items())
+                           if f not in flags},
           "entry_points": sorted(p for p in ("train.py", "train_async.py") if p in top)}
 
 
@@ -227,12 +232,16 @@ def extract_nemo_rl(repo: Repo) -> dict:
     d = _yaml(repo.show(f"examples/configs/{name}.yaml"))
     base = _defaults(d)
     configs[name] = {"defaults": base, "keys": flatten(d)}
-  policy = class_fields(repo.show("nemo_rl/models/policy/__init__.py"))
-  vllm = class_fields(repo.show("nemo_rl/models/generation/vllm/config.py"))
-  typed = {k: sorted(v) for k, v in {**policy, **vllm}.items()
-           if k in ("DTensorConfig", "MegatronConfig", "MegatronOptimizerConfig",
-                    "MegatronDDPConfig", "SequencePackingConfig", "PolicyConfig",
-                    "VllmSpecificArgs", "VllmConfig")}
+  typed = {}
+  for path, names in (
+      ("nemo_rl/models/policy/__init__.py",
+       ("DTensorConfig", "MegatronConfig", "MegatronOptimizerConfig", "MegatronDDPConfig",
+        "SequencePackingConfig", "PolicyConfig")),
+      ("nemo_rl/models/generation/vllm/config.py", ("VllmSpecificArgs", "VllmConfig")),
+      ("nemo_rl/algorithms/grpo.py", ("GRPOConfig", "AsyncGRPOConfig")),
+      ("nemo_rl/algorithms/ppo.py", ("PPOConfig", "AsyncPPOConfig"))):
+    fields = class_fields(repo.show(path))
+    typed.update({k: dict(sorted(fields[k].items())) for k in names if k in fields})
   worker = repo.show("nemo_rl/models/generation/vllm/vllm_worker.py")
   read = set(re.findall(r"""vllm_cfg"?\]?\s*(?:\)\s*)?(?:\.get\(|\[)\s*["'](\w+)["']""", worker))
   reserved = set()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from export._src import areal
 from export._src import nemo_rl
 from export._src import openrlhf
+from export._src import slime
 from export._src import verl
 from export._src.base import Exporter
 
-_EXPORTERS = {e.name: e for e in (verl.EXPORTER, openrlhf.EXPORTER, nemo_rl.EXPORTER)}
+_EXPORTERS = {e.name: e for e in (verl.EXPORTER, openrlhf.EXPORTER, nemo_rl.EXPORTER,
+                                        slime.EXPORTER, areal.EXPORTER)}
 
 FRAMEWORKS = tuple(_EXPORTERS)
 
