@@ -199,7 +199,7 @@ def to_nemo_rl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
   check_batch(_FW, "policy.train_global_batch_size", gbs, _dp(c, actor, backend),
               actor.micro_batch, "policy.train_micro_batch_size")
   # grpo_rm_1B.yaml extends the DTensor grpo_math_1B.yaml; a Megatron policy on it drops the
-  # torch optimizer and scheduler as the _megatron configs do.
+  # torch optimizer as grpo_math_1B_megatron.yaml does ("remove default FSDP optimizer").
   rm_base = rm_pool is not None and not ppo
   base = "ppo_math_1B" if ppo else "grpo_rm_1B" if rm_base else "grpo_math_1B"
   if backend == "megatron" and not rm_base:
@@ -222,7 +222,7 @@ def to_nemo_rl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
             "max_total_sequence_length": c.prompt_len + c.max_response,
             **_train_section(actor, "actor", backend)}
   if backend == "megatron" and rm_base:
-    policy.update(optimizer=None, scheduler=None)
+    policy["optimizer"] = None
   policy["generation"] = {"backend": "vllm", "max_new_tokens": c.max_response,
                           "vllm_cfg": vllm_cfg, "vllm_kwargs": {"max_num_seqs": e.max_seqs},
                           "colocated": colocated}
