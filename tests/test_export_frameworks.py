@@ -4,7 +4,7 @@ Every family (colocated, split, split async, split async with partial rollout,
 three pools), algorithm (PPO with critic, GRPO, DAPO, RLOO, REINFORCE++, ReMax),
 dense and MoE models, with and without a reward model, exported to every
 framework with each of its options. Each export either passes the checks of
-``framework_checks`` (keys and flags of the pinned commit, value types, the
+``framework_checks`` and ``cli_checks`` (keys and flags of the pinned commit, value types, the
 framework's runtime assertions) or is refused with a ValueError that names the
 setting. The counts are pinned so that a change in what exports is noticed.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import re
 
+import cli_checks
 import framework_checks
 import pytest
 import yaml
@@ -102,6 +103,10 @@ def _plans():
 
 GRID = _plans()
 
+CHECKS = {"verl": framework_checks.check_verl, "openrlhf": cli_checks.check_openrlhf,
+          "nemo_rl": framework_checks.check_nemo_rl, "slime": cli_checks.check_slime,
+          "areal": framework_checks.check_areal}
+
 
 def _run(framework, name, job, plan, options):
   """('ok', settings) or ('refused', message); checks failing raise AssertionError."""
@@ -110,7 +115,7 @@ def _run(framework, name, job, plan, options):
     settings = e.to_config(plan, job, CLUSTER, **options)
   except ValueError as err:
     return "refused", str(err)
-  problems = framework_checks.CHECKS[framework](settings)
+  problems = CHECKS[framework](settings)
   assert not problems, f"{framework} {options} {name}: {problems}"
   return "ok", settings
 

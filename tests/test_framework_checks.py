@@ -5,6 +5,7 @@ against, checked with the key lists of the pinned commits; the check must name
 it. Together with test_export_frameworks this shows the checks can fail.
 """
 
+import cli_checks
 import framework_checks as fc
 import pytest
 
@@ -76,16 +77,17 @@ def test_openrlhf_checks_catch():
         "--vllm.tensor_parallel_size", "2", "--rollout.batch_size", "64",
         "--rollout.n_samples_per_prompt", "8", "--rollout.micro_batch_size", "4",
         "--train.batch_size", "128", "--train.micro_batch_size", "2"]
-  assert fc.check_openrlhf(ok) == []
+  assert cli_checks.check_openrlhf(ok) == []
   # The underscore spellings of v0.9.x-v0.10.1 do not parse at v0.11.0.
-  assert any("--actor_num_nodes" in p for p in fc.check_openrlhf(["--actor_num_nodes", "1"]))
+  legacy = cli_checks.check_openrlhf(["--actor_num_nodes", "1"])
+  assert any("--actor_num_nodes" in p for p in legacy)
   tp3 = ok + ["--ds.tensor_parallel_size", "2", "--ds.zero_stage", "3"]
-  assert any("AutoTP" in p for p in fc.check_openrlhf(tp3))
+  assert any("AutoTP" in p for p in cli_checks.check_openrlhf(tp3))
   over = ok + ["--rollout.vllm_generate_batch_size", "96"]
-  assert any("without async" in p for p in fc.check_openrlhf(over))
-  assert fc.check_openrlhf(over + ["--train.async_enable"]) == []
+  assert any("without async" in p for p in cli_checks.check_openrlhf(over))
+  assert cli_checks.check_openrlhf(over + ["--train.async_enable"]) == []
   bad_type = ["--ds.zero_stage", "three"]
-  assert any("argparse" in p for p in fc.check_openrlhf(bad_type))
+  assert any("argparse" in p for p in cli_checks.check_openrlhf(bad_type))
 
 
 def _nemo_base(**policy):
@@ -126,10 +128,10 @@ def test_slime_and_areal_checks_catch():
           "--rollout-num-gpus-per-engine", "2", "--tensor-model-parallel-size", "2",
           "--rollout-batch-size", "32", "--n-samples-per-prompt", "8",
           "--global-batch-size", "64", "--micro-batch-size", "1"]
-  assert fc.check_slime({"script": "train.py", "argv": argv}) == []
-  assert any("not --colocate" in p for p in fc.check_slime({"script": "train_async.py",
+  assert cli_checks.check_slime({"script": "train.py", "argv": argv}) == []
+  assert any("not --colocate" in p for p in cli_checks.check_slime({"script": "train_async.py",
                                                             "argv": argv}))
-  assert any("--tensor-parallel" in p for p in fc.check_slime(
+  assert any("--tensor-parallel" in p for p in cli_checks.check_slime(
       {"script": "train.py", "argv": argv + ["--tensor-parallel", "2"]}))
   cfg = {"rollout": {"backend": "sglang:d4t2", "max_head_offpolicyness": 1},
          "actor": {"backend": "megatron:d2p2t2"}}
