@@ -1,7 +1,8 @@
 """Exports of a concrete plan to the frameworks that run it, and plan files.
 
-One :class:`Exporter` per framework, keyed by name (:data:`FRAMEWORKS`,
-:func:`get`); each names the framework version its keys follow. Only what a
+One :class:`Exporter` per framework, keyed by name (:data:`FRAMEWORKS`:
+veRL, OpenRLHF, NeMo-RL, slime, AReaL; :func:`get`); each names the framework
+version its keys and flags were checked against. Only what a
 framework's configuration can express is exported: anything else (a pool
 that is not ``nnodes x n_gpus_per_node``, a parallel degree the backend
 lacks, a role placed where the keys cannot put it, a staleness the recipe
