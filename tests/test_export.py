@@ -116,7 +116,7 @@ def test_verl_split_async_legacy_fully_async():
       # fully_async_rollouter.py asserts train_batch_size == 0 and gen_batch_size == 1;
       # total_rollout_steps null runs the whole dataset instead of the recipe's 100 samples.
       "data.train_batch_size": 0, "data.gen_batch_size": 1,
-      "rollout.nnodes": 1, "rollout.n_gpus_per_node": 8, "rollout.n": 8,
+      "rollout.nnodes": 1, "rollout.n_gpus_per_node": 8,
       "rollout.total_rollout_steps": None,
       "async_training.staleness_threshold": 2.0,
       "async_training.trigger_parameter_sync_step": 4,  # 128 / 32 prompts per mini-batch
@@ -615,6 +615,10 @@ def test_nemo_rl_refusals():
   plan = cm.Plan.colocated(job, ONE_NODE, train=cm.Parallel(pp=2, zero_stage=1),
                            engine=cm.Engine(tp=2))
   assert export.to_nemo_rl(plan, job, ONE_NODE)["policy"]["megatron_cfg"]["enabled"] is True
+  no_ref = ppo_job(use_reference=False)
+  plan = cm.Plan.colocated(no_ref, ONE_NODE, engine=cm.Engine(tp=2))
+  refusal(lambda: export.to_nemo_rl(plan, no_ref, ONE_NODE), "job.use_reference=False",
+          "init_reference_model")
   rm = grpo_job(reward_model=cm.models.get("qwen2.5-1.5b"))
   plan = cm.Plan.colocated(rm, ONE_NODE, engine=cm.Engine(tp=2))
   refusal(lambda: export.to_nemo_rl(plan, rm, ONE_NODE), "reward model on pool 'all'",

@@ -134,8 +134,11 @@ def to_nemo_rl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
   (``colocated.enabled``) or takes its own, as does a reward model
   (``env.reward_model.resources``): part of the node on one node, whole nodes
   otherwise. ``train_global_batch_size`` counts samples per optimizer step. A
-  plan without a reference sets ``loss_fn.reference_policy_kl_penalty: 0``, so
-  NeMo-RL neither loads nor runs one.
+  GRPO-family plan without a reference sets
+  ``loss_fn.reference_policy_kl_penalty: 0``, so NeMo-RL neither loads nor runs
+  one; PPO computes reference log-probs
+  (``ppo.skip_reference_policy_logprobs_calculation: false``) with the KL
+  coefficient left to the user (``ppo_math_1B.yaml`` has 0).
 
   Args:
     plan: A concrete (rounded) plan.
@@ -149,7 +152,7 @@ def to_nemo_rl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
 
   Raises:
     ValueError: naming the setting when NeMo-RL cannot run the plan: ReMax,
-      more than one epoch outside PPO, a reference or critic away from the
+      PPO without a reference, more than one epoch outside PPO, a reference or critic away from the
       policy, a reward model on the policy's or the generation's GPUs, pools
       that are not whole nodes on several nodes, PP or ZeRO < 3 or selective
       recompute with DTensor, interleaved pipelines, ZeRO-2/3 with Megatron,
@@ -170,6 +173,10 @@ def to_nemo_rl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
                      "reinforce_plus_plus, ppo.adv_estimator gae; ReMax's greedy baseline has no "
                      "setting")
   ppo = c.algorithm == "ppo"
+  if ppo and not c.use_reference:
+    raise ValueError(f"{_FW}: job.use_reference=False with algorithm='ppo': NeMo-RL's PPO always "
+                     "loads a reference model (nemo_rl/algorithms/ppo.py builds the Policy with "
+                     "init_reference_model left True); only its log-probs can be skipped")
   if not ppo and c.ppo_epochs != 1:
     raise ValueError(f"{_FW}: ppo_epochs={c.ppo_epochs}: GRPO makes one pass over each batch")
   a_pool = c.actor_pool

@@ -233,7 +233,6 @@ def _placement(o: dict, c: Concrete, nodes: dict, version: str, async_recipe: st
   # mini-batches, and total_rollout_steps null runs the whole dataset (trainer.total_epochs).
   o["data.train_batch_size"] = 0
   o["data.gen_batch_size"] = 1
-  o["rollout.n"] = c.n
   o["rollout.total_rollout_steps"] = None
   o["async_training.staleness_threshold"] = float(k)
   o["async_training.trigger_parameter_sync_step"] = c.prompts // mini
