@@ -26,6 +26,7 @@ QWEN7B = cm.models.get("qwen2.5-7b")
 MOE = cm.models.get("qwen3-30b-a3b")
 RM = cm.models.get("qwen2.5-1.5b")
 CLUSTER = cm.Cluster("H100", 8, 2)
+ONE_NODE = cm.Cluster("H100", 8, 1)
 
 OPTIONS = {
     "verl": [{"strategy": s, "version": v, "async_recipe": r}
@@ -94,11 +95,19 @@ def _plans():
         grid.append((f"{jname}/{lname}/split-{mname}", job,
                      cm.Plan.split(job, CLUSTER, gen_gpus=8, train=train, engine=engine,
                                    mode=mode)))
-  valid = []
-  for name, job, plan in grid:
-    cm.validate_plan(plan, job, CLUSTER)  # the grid holds only plans that exist
-    valid.append((name, job, plan))
-  return valid
+  grid = [(name, job, plan, CLUSTER) for name, job, plan in grid]
+  # One node: generation on part of it (NeMo-RL's single-node resources, striped pools).
+  for jname in ("grpo", "ppo", "dapo-moe"):
+    job = jobs[jname]
+    _, train, engine = _layouts(job)[0]
+    for mname, mode in modes.items():
+      grid.append((f"{jname}/zero3/one-node-split-{mname}", job, cm.Plan.split(
+          job, ONE_NODE, gen_gpus=4, train=train, engine=engine, mode=mode), ONE_NODE))
+    grid.append((f"{jname}/zero3/one-node-colocated", job,
+                 cm.Plan.colocated(job, ONE_NODE, train=train, engine=engine), ONE_NODE))
+  for _, job, plan, cluster in grid:
+    cm.validate_plan(plan, job, cluster)  # the grid holds only plans that exist
+  return grid
 
 
 GRID = _plans()
@@ -108,11 +117,11 @@ CHECKS = {"verl": framework_checks.check_verl, "openrlhf": cli_checks.check_open
           "areal": framework_checks.check_areal}
 
 
-def _run(framework, name, job, plan, options):
+def _run(framework, name, job, plan, cluster, options):
   """('ok', settings) or ('refused', message); checks failing raise AssertionError."""
   e = export.get(framework)
   try:
-    settings = e.to_config(plan, job, CLUSTER, **options)
+    settings = e.to_config(plan, job, cluster, **options)
   except ValueError as err:
     return "refused", str(err)
   problems = CHECKS[framework](settings)
@@ -124,9 +133,9 @@ def _all_exports():
   out = []
   for framework, variants in OPTIONS.items():
     for options in variants:
-      for name, job, plan in GRID:
-        out.append((framework, options, name, job, plan, *_run(framework, name, job, plan,
-                                                                options)))
+      for name, job, plan, cluster in GRID:
+        out.append((framework, options, name, job, plan,
+                    *_run(framework, name, job, plan, cluster, options)))
   return out
 
 
@@ -140,15 +149,16 @@ _NAMED = re.compile(r"([\w.]+=|--[a-z][\w.-]*|\b[a-z_]+\.[a-z_.]+\b|algorithm=)"
 
 
 def test_grid_covers_every_family_mode_algorithm():
-  names = [n for n, _, _ in GRID]
-  assert len(GRID) == 102
+  names = [n for n, _, _, _ in GRID]
+  assert len(GRID) == 114
   for part in ("colocated", "split-sync", "split-async1", "split-async2-partial",
                "split3-sync", "split3-async2-partial", "colocated-rm"):
     assert any(f"/{part}" in n for n in names), part
-  algorithms = {job.algorithm for _, job, _ in GRID}
+  algorithms = {job.algorithm for _, job, _, _ in GRID}
   assert algorithms == {"ppo", "grpo", "dapo", "rloo", "reinforce_pp", "remax"}
-  assert any(job.actor.n_experts for _, job, _ in GRID)
-  assert any(job.has_critic and job.has_reward_model for _, job, _ in GRID)
+  assert any(job.actor.n_experts for _, job, _, _ in GRID)
+  assert any(job.has_critic and job.has_reward_model for _, job, _, _ in GRID)
+  assert {c.nodes for _, _, _, c in GRID} == {1, 2}
 
 
 def test_every_export_passes_the_pinned_checks_or_is_refused_naming_the_setting(exports):
@@ -165,13 +175,13 @@ def test_every_export_passes_the_pinned_checks_or_is_refused_naming_the_setting(
   assert dict(counts) == EXPECTED_COUNTS
 
 
-# 102 plans x 12 exporter variants = 1,224 exports (see the module docstring).
+# 114 plans x 12 exporter variants = 1,368 exports: 480 pass, 888 are refused.
 EXPECTED_COUNTS = {
-    ("verl", "ok"): 189, ("verl", "refused"): 423,
-    ("openrlhf", "ok"): 17, ("openrlhf", "refused"): 85,
-    ("nemo_rl", "ok"): 144, ("nemo_rl", "refused"): 162,
-    ("slime", "ok"): 30, ("slime", "refused"): 72,
-    ("areal", "ok"): 42, ("areal", "refused"): 60,
+    ("verl", "ok"): 210, ("verl", "refused"): 474,
+    ("openrlhf", "ok"): 24, ("openrlhf", "refused"): 90,
+    ("nemo_rl", "ok"): 168, ("nemo_rl", "refused"): 174,
+    ("slime", "ok"): 30, ("slime", "refused"): 84,
+    ("areal", "ok"): 48, ("areal", "refused"): 66,
 }
 
 
