@@ -110,6 +110,9 @@ def check_verl(o: dict) -> list[str]:
   if bad:
     return bad
   a = "actor_rollout_ref.actor"
+  if o.get("algorithm.adv_estimator", "gae") not in load("verl")["adv_estimators"]:
+    bad.append(f"algorithm.adv_estimator={o['algorithm.adv_estimator']!r}: not an "
+               "AdvantageEstimator (core_algos.py)")
   if "trainer.use_v1" not in o:
     bad.append("trainer.use_v1 must be set: it defaults to True at this commit")
   n = o["actor_rollout_ref.rollout.n"]

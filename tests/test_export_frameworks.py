@@ -221,10 +221,24 @@ def test_exports_carry_the_plan(exports):
       assert s["defaults"].startswith("ppo" if job.algorithm == "ppo" else "grpo")
       if float(actor.offload) and s["policy"]["megatron_cfg"]["enabled"]:
         assert s["policy"]["megatron_cfg"]["optimizer"]["optimizer_cpu_offload"] is True
+      if job.algorithm == "rloo":
+        assert s["grpo"]["use_leave_one_out_baseline"] is True
+      if job.algorithm == "reinforce_pp":
+        assert s["grpo"]["adv_estimator"] == {"name": "reinforce_plus_plus"}
     elif framework == "slime":
       assert s["script"] == ("train_async.py" if k else "train.py")
+      argv = s["argv"]
+      estimator = argv[argv.index("--advantage-estimator") + 1]
+      assert estimator == {"ppo": "ppo", "reinforce_pp": "reinforce_plus_plus"}.get(
+          job.algorithm, "grpo")
     elif framework == "areal":
       assert s["rollout"]["max_head_offpolicyness"] == k
+      norm = s["actor"].get("reward_norm", {})
+      assert norm.get("mean_leave1out", False) == (job.algorithm == "rloo")
+      assert (norm.get("std_level") == "group") == (job.algorithm in ("grpo", "dapo"))
+      if job.algorithm == "dapo":
+        assert s["dynamic_bs"] is True and s["rollout"]["consumer_batch_size"] == 192
+      assert ("critic" in s) == job.has_critic and ("ref" in s) == job.use_reference
       _, dims = framework_checks.parse_backend(s["rollout"]["backend"], inference=True)
       assert dims["d"] * dims["t"] * dims["p"] == float(plan.pool(plan.rollout_pool).gpus)
 

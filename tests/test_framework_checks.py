@@ -41,6 +41,7 @@ def test_verl_base_passes():
     ({"data.train_batch_size": 8}, "train_batch_size < ppo_mini_batch_size"),
     ({"actor_rollout_ref.rollout.tensor_model_parallel_size": 2.0}, "default is int"),
     ({"algorithm.filter_groups.enable": True}, "filter_groups.metric"),
+    ({"algorithm.adv_estimator": "reinforce"}, "not an AdvantageEstimator"),
     ({"trainer.v1.trainer_mode": "separate_async",
       "trainer.v1.separate_async.parameter_sync_step": 2,
       "actor_rollout_ref.rollout.nnodes": 1}, "parameter_sync_step"),

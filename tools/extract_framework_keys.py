@@ -18,7 +18,8 @@ What is read from each:
   ``verl/trainer/config/_generated_ppo_trainer.yaml`` and
   ``_generated_ppo_megatron_trainer.yaml``, and the experimental recipes'
   configs (``fully_async_policy`` and ``one_step_off_policy``), each a key ->
-  type map, recipes with the base config they extend.
+  type map, recipes with the base config they extend; the ``AdvantageEstimator``
+  names of ``verl/trainer/ppo/core_algos.py``.
 * OpenRLHF: every ``parser.add_argument`` of ``openrlhf/cli/train_ppo_ray.py``
   (name, type or action, choices).
 * NeMo-RL: the example configs ``grpo_math_1B``, ``grpo_math_1B_megatron``,
@@ -137,7 +138,8 @@ def extract_verl(repo: Repo) -> dict:
         d = _yaml(repo.show(path))
         base = _defaults(d)
         configs[os.path.basename(path)[:-5]] = {"defaults": base, "keys": flatten(d)}
-  return {"configs": configs}
+  estimators = _enum_members(repo.show("verl/trainer/ppo/core_algos.py"), "AdvantageEstimator")
+  return {"configs": configs, "adv_estimators": estimators}
 
 
 # ----- argparse flags -------------------------------------------------------------

@@ -8,6 +8,7 @@ and backend strings in the grammar of ``areal/api/alloc_mode.py``
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import costmodel as cm
@@ -74,6 +75,24 @@ def _engine(lay: Layout, gpus: int, role: str, samples: int, n_minibatches: int)
   return e
 
 
+def _advantage_keys(algorithm: str, n: int) -> dict[str, Any]:
+  """Reward and advantage normalisation as AReaL's examples/math configs set them.
+
+  GRPO and DAPO normalise rewards per group (``gsm8k_grpo.yaml``), RLOO
+  subtracts the leave-one-out group mean (``gsm8k_rloo.yaml``), REINFORCE++
+  and PPO normalise advantages over the batch only (``gsm8k_reinforce.yaml``,
+  ``gsm8k_ppo.yaml``).
+  """
+  batch = {"mean_level": "batch", "std_level": "batch"}
+  if algorithm in ("grpo", "dapo"):
+    return {"reward_norm": {"mean_level": "group", "std_level": "group", "group_size": n},
+            "adv_norm": batch}
+  if algorithm == "rloo":
+    return {"reward_norm": {"mean_level": "group", "mean_leave1out": True, "std_level": None,
+                            "group_size": n}, "adv_norm": batch}
+  return {"adv_norm": batch}
+
+
 def to_areal(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> dict[str, Any]:
   """An AReaL experiment config (nested dict) that runs ``plan``.
 
@@ -101,8 +120,9 @@ def to_areal(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> dict[str, Any
   """
   c = concrete(plan, job, cluster, _FW)
   if c.algorithm == "remax":
-    raise ValueError(f"{_FW}: algorithm='remax' has no setting (GRPO, DAPO-style filtering, RLOO "
-                     "and PPO baselines only)")
+    raise ValueError(f"{_FW}: algorithm='remax': the greedy-rollout baseline has no setting "
+                     "(actor.reward_norm and adv_norm express GRPO, RLOO and REINFORCE++; PPO "
+                     "adds a critic)")
   if c.has("reward"):
     raise ValueError(f"{_FW}: role='reward' on pool {c.role_pool['reward']!r}: a reward model "
                      "on GPUs has no placement; AReaL scores rollouts with reward functions in "
@@ -120,10 +140,14 @@ def to_areal(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> dict[str, Any
   del nodes  # AReaL's scheduler places the workers; the pools only need to fit
   e = c.engine
   replicas = c.replicas()
+  # DAPO's dynamic sampling: with dynamic_bs a step collects consumer_batch_size groups,
+  # accepted or rejected, and trains on the accepted ones, so it generates
+  # prompts x oversample groups to keep the plan's prompts on average.
+  groups = math.ceil(c.prompts * c.oversample - 1e-6) if c.algorithm == "dapo" else c.prompts
   rollout: dict[str, Any] = {
       "backend": f"sglang:d{replicas}t{e.tp}p{e.pp}",
       "max_head_offpolicyness": c.staleness,
-      "consumer_batch_size": c.prompts,
+      "consumer_batch_size": groups,
   }
   if c.colocated:
     if e.tp * e.pp != 1:
@@ -140,7 +164,7 @@ def to_areal(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> dict[str, Any
                      "(partial rollouts, docs/en/algorithms/async.md), which has no switch")
   out: dict[str, Any] = {
       "cluster": {"n_nodes": cluster.nodes, "n_gpus_per_node": cluster.gpus_per_node},
-      "train_dataset": {"batch_size": c.prompts},
+      "train_dataset": {"batch_size": groups},
       "gconfig": {"n_samples": c.n, "max_new_tokens": c.max_response},
       "rollout": rollout,
       "sglang": {"mem_fraction_static": e.memory_fraction, "max_running_requests": e.max_seqs,
@@ -149,6 +173,9 @@ def to_areal(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> dict[str, Any
   }
   if e.ep > 1:  # SGLangConfig fields go to the server as they are (cli_args.py build_args)
     out["sglang"]["ep_size"] = e.ep
+  if c.algorithm == "dapo":
+    out["dynamic_bs"] = True
+  out["actor"].update(_advantage_keys(c.algorithm, c.n))
   if not c.use_reference:  # no ref engine is configured; no KL term
     out["actor"]["kl_ctl"] = 0.0
   colocate = {"type": "colocation", "target": "actor"}
@@ -162,7 +189,7 @@ def to_areal(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> dict[str, Any
     same_degrees(_FW, role, actor, lay, "a colocated engine reuses the actor's workers",
                  train_role="actor")
     if role == "critic":
-      section = _engine(lay, gpus, "critic", samples, c.mini_batches)
+      section = {**_engine(lay, gpus, "critic", samples, c.mini_batches), "is_critic": True}
     else:
       section = {"backend": train_backend(lay, gpus, role)[0], "offload": lay.offload}
     out[key] = {**section, "scheduling_strategy": colocate}
