@@ -65,7 +65,7 @@ def _layouts(job):
 def _plans():
   jobs = {
       "grpo": _job("grpo"), "ppo": _job("ppo"), "dapo-moe": _job("dapo", MOE),
-      "grpo-moe": _job("grpo", MOE), "rloo": _job("rloo"), "reinforce_pp": _job("reinforce_pp"),
+      "grpo-moe": _job("grpo", MOE), "ppo-moe": _job("ppo", MOE), "rloo": _job("rloo"), "reinforce_pp": _job("reinforce_pp"),
       "remax": _job("remax"), "ppo-rm": _job("ppo", reward=RM), "grpo-rm": _job("grpo", reward=RM),
   }
   modes = {"sync": cm.Mode(), "async1": cm.Mode(staleness=1),
@@ -150,7 +150,7 @@ _NAMED = re.compile(r"([\w.]+=|--[a-z][\w.-]*|\b[a-z_]+\.[a-z_.]+\b|algorithm=)"
 
 def test_grid_covers_every_family_mode_algorithm():
   names = [n for n, _, _, _ in GRID]
-  assert len(GRID) == 114
+  assert len(GRID) == 126
   for part in ("colocated", "split-sync", "split-async1", "split-async2-partial",
                "split3-sync", "split3-async2-partial", "colocated-rm"):
     assert any(f"/{part}" in n for n in names), part
@@ -175,13 +175,13 @@ def test_every_export_passes_the_pinned_checks_or_is_refused_naming_the_setting(
   assert dict(counts) == EXPECTED_COUNTS
 
 
-# 114 plans x 12 exporter variants = 1,368 exports: 480 pass, 888 are refused.
+# 126 plans x 12 exporter variants = 1,512 exports: 541 pass, 971 are refused.
 EXPECTED_COUNTS = {
-    ("verl", "ok"): 210, ("verl", "refused"): 474,
-    ("openrlhf", "ok"): 24, ("openrlhf", "refused"): 90,
-    ("nemo_rl", "ok"): 168, ("nemo_rl", "refused"): 174,
-    ("slime", "ok"): 30, ("slime", "refused"): 84,
-    ("areal", "ok"): 48, ("areal", "refused"): 66,
+    ("verl", "ok"): 234, ("verl", "refused"): 522,
+    ("openrlhf", "ok"): 24, ("openrlhf", "refused"): 102,
+    ("nemo_rl", "ok"): 192, ("nemo_rl", "refused"): 186,
+    ("slime", "ok"): 36, ("slime", "refused"): 90,
+    ("areal", "ok"): 55, ("areal", "refused"): 71,
 }
 
 
@@ -201,6 +201,8 @@ def test_exports_carry_the_plan(exports):
         assert s["async_training.staleness_threshold"] == k
       if options["strategy"] == "megatron" and moe:
         assert s["actor_rollout_ref.actor.megatron.expert_tensor_parallel_size"] == 1, name
+        if job.has_critic:  # the critic of an MoE actor is MoE too
+          assert s["critic.megatron.expert_tensor_parallel_size"] == 1, name
       if job.has_reward_model:
         assert s["reward.reward_model.enable"] is True and "reward_model.enable" not in s
       assert s["trainer.use_v1"] is (options["version"] == "v1")

@@ -128,7 +128,7 @@ def critic_keys(o: dict, c: Concrete, strategy: str, mini: int) -> None:
                        "critic.ppo_micro_batch_size_per_gpu)")
   else:
     o["critic.forward_micro_batch_size_per_gpu"] = infer.micro_batch
-  engine_keys(o, "critic", critic, strategy, "critic", train=True, moe=False)
+  engine_keys(o, "critic", critic, strategy, "critic", train=True, moe=c.critic_moe)
   if strategy != "megatron":
     fsdp_state(o, "critic.fsdp", "critic.model", critic, "critic", strategy)
   check_batch(fw, "critic.ppo_mini_batch_size", mini * c.n, _dp(c, critic, strategy),
