@@ -7,7 +7,7 @@ import pytest
 
 import costmodel as cm
 
-PACKAGES = ("costmodel", "costmodel.models", "costmodel.hardware", "search")
+PACKAGES = ("costmodel", "costmodel.models", "costmodel.hardware", "search", "export")
 
 
 @pytest.mark.parametrize("package", PACKAGES)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 import costmodel as cm
-from search._src.planfile import describe
+from export import describe
 from search._src.result import SearchResult
 
 
