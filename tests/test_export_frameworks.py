@@ -65,7 +65,8 @@ def _layouts(job):
 def _plans():
   jobs = {
       "grpo": _job("grpo"), "ppo": _job("ppo"), "dapo-moe": _job("dapo", MOE),
-      "grpo-moe": _job("grpo", MOE), "ppo-moe": _job("ppo", MOE), "rloo": _job("rloo"), "reinforce_pp": _job("reinforce_pp"),
+      "grpo-moe": _job("grpo", MOE), "ppo-moe": _job("ppo", MOE), "rloo": _job("rloo"),
+      "reinforce_pp": _job("reinforce_pp"),
       "remax": _job("remax"), "ppo-rm": _job("ppo", reward=RM), "grpo-rm": _job("grpo", reward=RM),
   }
   modes = {"sync": cm.Mode(), "async1": cm.Mode(staleness=1),
