@@ -28,6 +28,7 @@ from costmodel._src.job import ResponseLength
 from costmodel._src.job import RLJob
 from costmodel._src.layout import Engine
 from costmodel._src.layout import Parallel
+from costmodel._src.lora import LoRA
 from costmodel._src.measurements import StageTimes
 from costmodel._src.measurements import published_table
 from costmodel._src.measurements import read_verl_log
@@ -61,6 +62,7 @@ __all__ = (
     "Engine",
     "Estimate",
     "Hardware",
+    "LoRA",
     "MicrobenchFit",
     "Mode",
     "ModelSpec",

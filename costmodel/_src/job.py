@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from costmodel._src import lora as lora_lib
 from costmodel._src import model as model_lib
 from costmodel._src import pytree
 
@@ -147,6 +148,8 @@ class RLJob:
     kv_bytes: Bytes per KV-cache element (1 for FP8 caches).
     logits_bytes: Bytes per logit element held for log-probs (2: BF16 logits,
       upcast to FP32 chunk by chunk inside the log-softmax).
+    lora: A :class:`~costmodel.LoRA` to train the actor's adapters only (the
+      base frozen); None trains every weight.
   """
 
   algorithm: str = pytree.static_field()
@@ -168,8 +171,11 @@ class RLJob:
   optimizer_bytes: float = pytree.static_field(default=12.0)
   kv_bytes: float = pytree.static_field(default=2.0)
   logits_bytes: float = pytree.static_field(default=2.0)
+  lora: lora_lib.LoRA | None = pytree.static_field(default=None)
 
   def __post_init__(self):
+    if self.lora is not None and not isinstance(self.lora, lora_lib.LoRA):
+      raise ValueError(f"RLJob: lora={self.lora!r} must be a LoRA or None")
     if self.algorithm not in ALGORITHMS:
       raise ValueError(f"RLJob: algorithm={self.algorithm!r} is not one of {ALGORITHMS}")
     if not isinstance(self.actor, model_lib.ModelSpec):
