@@ -36,6 +36,7 @@ from costmodel._src.measurements import steady_state
 from costmodel._src.microbench import MicrobenchFit
 from costmodel._src.microbench import fit_microbenchmarks
 from costmodel._src.model import ModelSpec
+from costmodel._src.multiturn import MultiTurn
 from costmodel._src.placement import Placement
 from costmodel._src.placement import build_plan
 from costmodel._src.placement import placement
@@ -66,6 +67,7 @@ __all__ = (
     "MicrobenchFit",
     "Mode",
     "ModelSpec",
+    "MultiTurn",
     "Parallel",
     "Placement",
     "Plan",

@@ -31,6 +31,7 @@ from costmodel._src.hardware import Hardware
 from costmodel._src.job import RLJob
 from costmodel._src.layout import Engine
 from costmodel._src.model import ModelSpec
+from costmodel._src.stages import agentic
 from costmodel._src.stages import common
 from costmodel._src.stages import generate as gen_lib
 from costmodel._src.stages import infer as infer_lib
@@ -80,6 +81,9 @@ def on_device(cluster: Cluster, device: Hardware) -> Cluster:
 
 
 def _generate(model, layout, device, job, eff, tau, ctx):
+  if job.multi_turn is not None:
+    return agentic.generate(model, job, layout, ctx.pool_gpus, on_device(ctx.cluster, device),
+                            eff, tau)
   return gen_lib.generate(model, job, layout, ctx.pool_gpus, on_device(ctx.cluster, device),
                           eff, tau)
 
@@ -178,5 +182,7 @@ def stage_cost(stage: alg.StageSpec, job: RLJob, plan: plan_lib.Plan, cluster: C
                gpus: dict[str, jax.Array], eff: Efficiency, tau=0.0,
                **extra) -> common.StageCost:
   """The cost of ``stage`` under ``plan``: its kind's function on its pool's device."""
+  if job.multi_turn is not None and stage.kind != alg.GENERATE:
+    job = agentic.trajectory_job(job)  # scoring and training see whole episodes
   model, layout, device, ctx = stage_inputs(stage, job, plan, cluster, gpus, **extra)
   return STAGE_FUNCTIONS[stage.kind](model, layout, device, job, eff, tau, ctx)
