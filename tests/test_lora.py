@@ -162,3 +162,10 @@ def test_verl_lora_max_batch_row_fits_at_a_smaller_batch():
   row = next(r for r in lora_cases.VERL_ROWS if r.row_id == "N27:32b")
   assert lora_cases.fits(row, 128)
   assert not lora_cases.fits(row, 512)
+
+
+def test_lora_cases_name_their_rows():
+  cases = lora_cases.cases()
+  assert {c.row_id for c in cases if c.group == "rl_lora"} == {"rl:103", "rl:104", "rl:110"}
+  assert {c.row_id: c.published for c in cases if c.group == "lora_max_batch"} == {
+      "N27:1.5b": 128, "N27:7b": 100, "N27:32b": 180, "N27:72b": 176}

@@ -34,6 +34,7 @@ from typing import NamedTuple
 from costmodel._src import hardware as hw_lib
 from costmodel._src import model_presets
 from costmodel._src.cluster import Cluster
+from costmodel._src.efficiency import Efficiency
 from costmodel._src.job import ResponseLength
 from costmodel._src.job import RLJob
 from costmodel._src.layout import Engine
@@ -42,6 +43,7 @@ from costmodel._src.lora import LoRA
 from costmodel._src.plan import Plan
 from costmodel._src.step import estimate
 from costmodel._src.validation import rl_cases
+from costmodel._src.validation.cases import Case
 
 DS_CHAT_LORA = LoRA(128.0, targets=("q", "k", "v", "o", "gate", "up", "down"),
                     shared_reference=False, sync="merged")
@@ -97,18 +99,33 @@ def verl_lora_setup(row: MaxBatchRow, prompts: int) -> tuple[RLJob, Plan, Cluste
   return job, Plan.colocated(job, cluster, train=train, engine=engine), cluster
 
 
-def fits(row: MaxBatchRow, prompts: int) -> bool:
-  return bool(estimate(*verl_lora_setup(row, prompts)).feasible)
+def fits(row: MaxBatchRow, prompts: int, eff: Efficiency | None = None) -> bool:
+  job, plan, cluster = verl_lora_setup(row, prompts)
+  return bool(estimate(job, plan, cluster, eff).feasible)
 
 
-def predicted_max_batch(row: MaxBatchRow, hi: int = 2048) -> int:
+def predicted_max_batch(row: MaxBatchRow, hi: int = 2048, eff: Efficiency | None = None) -> int:
   """The largest prompts per step (a multiple of the GPU count) that fits."""
   lo = 0
   hi = hi // row.gpus
   while lo < hi:
     mid = (lo + hi + 1) // 2
-    if fits(row, mid * row.gpus):
+    if fits(row, mid * row.gpus, eff):
       lo = mid
     else:
       hi = mid - 1
   return lo * row.gpus
+
+
+def cases() -> list[Case]:
+  """The LoRA rows as prediction cases: the DeepSpeed-Chat epochs (group
+  ``rl_lora``) and veRL's largest batches (group ``lora_max_batch``)."""
+  out = []
+  for run in dschat_lora_runs():
+    out += [c._replace(group="rl_lora") for c in rl_cases.run_cases(run)]
+  for row in VERL_ROWS:
+    out.append(Case(row.row_id, "lora_max_batch",
+                    f"veRL GRPO-LoRA {row.model}, {row.gpus} H100: largest batch", row.published,
+                    "prompts", lambda eff, row=row: float(predicted_max_batch(row, eff=eff)),
+                    VERL_TUNING))
+  return out
