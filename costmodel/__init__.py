@@ -28,6 +28,7 @@ from costmodel._src.job import ResponseLength
 from costmodel._src.job import RLJob
 from costmodel._src.layout import Engine
 from costmodel._src.layout import Parallel
+from costmodel._src.lora import LoRA
 from costmodel._src.measurements import StageTimes
 from costmodel._src.measurements import published_table
 from costmodel._src.measurements import read_verl_log
@@ -35,6 +36,7 @@ from costmodel._src.measurements import steady_state
 from costmodel._src.microbench import MicrobenchFit
 from costmodel._src.microbench import fit_microbenchmarks
 from costmodel._src.model import ModelSpec
+from costmodel._src.multiturn import MultiTurn
 from costmodel._src.placement import Placement
 from costmodel._src.placement import build_plan
 from costmodel._src.placement import placement
@@ -61,9 +63,11 @@ __all__ = (
     "Engine",
     "Estimate",
     "Hardware",
+    "LoRA",
     "MicrobenchFit",
     "Mode",
     "ModelSpec",
+    "MultiTurn",
     "Parallel",
     "Placement",
     "Plan",

@@ -7,27 +7,45 @@ from search._src.baselines import enumerate_plans
 from search._src.baselines import random_search
 from search._src.baselines import simulated_annealing
 from search._src.baselines import space_size
+from search._src.mixed import MixedResult
+from search._src.mixed import layouts_planner
+from search._src.mixed import mixed_cluster
 from search._src.optimize import optimize
 from search._src.relax import RelaxConfig
 from search._src.result import SearchResult
 from search._src.rules import rules_of_thumb
+from search._src.sizing import ClusterOption
+from search._src.sizing import SizingResult
+from search._src.sizing import load_prices
+from search._src.sizing import pareto
+from search._src.sizing import plot_pareto
+from search._src.sizing import size_cluster
 from search._src.space import FAMILIES
 from search._src.space import SpaceOptions
 from search._src.space import default_families
 
 __all__ = (
+    "ClusterOption",
     "FAMILIES",
+    "MixedResult",
     "RelaxConfig",
     "SearchResult",
+    "SizingResult",
     "SpaceOptions",
     "default_families",
     "enumerate_plans",
     "export",
+    "layouts_planner",
+    "load_prices",
+    "mixed_cluster",
     "optimize",
+    "pareto",
     "plan_to_dict",
+    "plot_pareto",
     "random_search",
     "rules_of_thumb",
     "simulated_annealing",
+    "size_cluster",
     "space_size",
     "write_plan",
 )

@@ -19,6 +19,7 @@ from absl import flags
 
 import costmodel as cm
 import search
+from search import beyond_flags
 from search._src import report
 
 _MODEL = flags.DEFINE_string("model", "qwen2.5-7b", "Model preset (costmodel.models.names()).")
@@ -59,6 +60,9 @@ def main(argv) -> int:
       samples_per_prompt=_SAMPLES.value, prompt_len=_PROMPT_LEN.value,
       response=cm.ResponseLength.from_mean_max(_RESPONSE_MEAN.value, _RESPONSE_MAX.value),
       reward_model=cm.models.get(_REWARD_MODEL.value) if _REWARD_MODEL.value else None)
+  job = beyond_flags.apply_job_flags(job)
+  if beyond_flags.wants_cost_run():
+    return beyond_flags.run_cost(job, _GPUS_PER_NODE.value)
   cluster = cm.Cluster(cm.hardware.get(_GPU.value), gpus_per_node=_GPUS_PER_NODE.value,
                        nodes=_NODES.value)
   print(report.format_job(job, cluster), flush=True)

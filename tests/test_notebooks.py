@@ -20,11 +20,11 @@ import pytest
 NOTEBOOK_DIR = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 EXPECTED = ("01_estimate_grpo_step.ipynb", "02_layout_search.ipynb", "03_calibration.ipynb",
-            "04_what_if.ipynb")
+            "04_what_if.ipynb", "05_beyond.ipynb")
 # Figures each notebook must render (PNG outputs): a plot that silently stops
 # drawing fails here.
 MIN_FIGURES = {"01_estimate_grpo_step.ipynb": 4, "02_layout_search.ipynb": 2,
-               "03_calibration.ipynb": 1, "04_what_if.ipynb": 4}
+               "03_calibration.ipynb": 1, "04_what_if.ipynb": 4, "05_beyond.ipynb": 4}
 CELL_TIMEOUT_S = 300
 KERNEL = "python3"
 

@@ -8,7 +8,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from costmodel._src import lora as lora_lib
 from costmodel._src import model as model_lib
+from costmodel._src import multiturn as multiturn_lib
 from costmodel._src import pytree
 
 ALGORITHMS = ("ppo", "grpo", "dapo", "reinforce_pp", "rloo", "remax")
@@ -147,6 +149,10 @@ class RLJob:
     kv_bytes: Bytes per KV-cache element (1 for FP8 caches).
     logits_bytes: Bytes per logit element held for log-probs (2: BF16 logits,
       upcast to FP32 chunk by chunk inside the log-softmax).
+    lora: A :class:`~costmodel.LoRA` to train the actor's adapters only (the
+      base frozen); None trains every weight.
+    multi_turn: A :class:`~costmodel.MultiTurn` for agentic episodes (then
+      ``response`` is one turn's output); None for single-turn responses.
   """
 
   algorithm: str = pytree.static_field()
@@ -168,8 +174,15 @@ class RLJob:
   optimizer_bytes: float = pytree.static_field(default=12.0)
   kv_bytes: float = pytree.static_field(default=2.0)
   logits_bytes: float = pytree.static_field(default=2.0)
+  lora: lora_lib.LoRA | None = pytree.static_field(default=None)
+  multi_turn: multiturn_lib.MultiTurn | None = pytree.static_field(default=None)
 
   def __post_init__(self):
+    if self.lora is not None and not isinstance(self.lora, lora_lib.LoRA):
+      raise ValueError(f"RLJob: lora={self.lora!r} must be a LoRA or None")
+    if self.multi_turn is not None and not isinstance(self.multi_turn,
+                                                      multiturn_lib.MultiTurn):
+      raise ValueError(f"RLJob: multi_turn={self.multi_turn!r} must be a MultiTurn or None")
     if self.algorithm not in ALGORITHMS:
       raise ValueError(f"RLJob: algorithm={self.algorithm!r} is not one of {ALGORITHMS}")
     if not isinstance(self.actor, model_lib.ModelSpec):

@@ -31,9 +31,11 @@ from costmodel._src.hardware import Hardware
 from costmodel._src.job import RLJob
 from costmodel._src.layout import Engine
 from costmodel._src.model import ModelSpec
+from costmodel._src.stages import agentic
 from costmodel._src.stages import common
 from costmodel._src.stages import generate as gen_lib
 from costmodel._src.stages import infer as infer_lib
+from costmodel._src.stages import lora_stages
 from costmodel._src.stages import sync as sync_lib
 from costmodel._src.stages import train as train_lib
 
@@ -51,6 +53,9 @@ class StageContext(NamedTuple):
     colocated: Training shares the rollout pool (the weight sync).
     resident_bytes: Training bytes per GPU kept beside the engine (the switch).
     offload_bytes: Training bytes per GPU moved to the host and back (the switch).
+    role: The stage's role (None for generation, the switch and CPU stages).
+    with_actor: The stage's pool also holds the actor (a LoRA reference
+      shares its frozen base).
   """
 
   cluster: Cluster
@@ -62,6 +67,8 @@ class StageContext(NamedTuple):
   colocated: bool = False
   resident_bytes: Any = 0.0
   offload_bytes: Any = 0.0
+  role: str | None = None
+  with_actor: bool = False
 
 
 StageFn = Callable[[ModelSpec, Any, Hardware, RLJob, Efficiency, Any, StageContext],
@@ -74,25 +81,36 @@ def on_device(cluster: Cluster, device: Hardware) -> Cluster:
 
 
 def _generate(model, layout, device, job, eff, tau, ctx):
+  if job.multi_turn is not None:
+    return agentic.generate(model, job, layout, ctx.pool_gpus, on_device(ctx.cluster, device),
+                            eff, tau)
   return gen_lib.generate(model, job, layout, ctx.pool_gpus, on_device(ctx.cluster, device),
                           eff, tau)
 
 
 def _infer(model, layout, device, job, eff, tau, ctx):
-  return infer_lib.infer(model, job, layout, ctx.pool_gpus, on_device(ctx.cluster, device),
+  cost = infer_lib.infer(model, job, layout, ctx.pool_gpus, on_device(ctx.cluster, device),
                          eff, tau, lm_head=ctx.lm_head)
+  if (job.lora is not None and job.lora.shared_reference and ctx.role == "reference"
+      and ctx.with_actor):
+    return lora_stages.shared_reference(cost)
+  return cost
 
 
 def _train(model, layout, device, job, eff, tau, ctx):
+  if job.lora is not None and ctx.role == "actor":
+    return lora_stages.train(model, job, layout, ctx.pool_gpus,
+                             on_device(ctx.cluster, device), eff, tau, lm_head=ctx.lm_head)
   return train_lib.train(model, job, layout, ctx.pool_gpus, on_device(ctx.cluster, device),
                          eff, tau, lm_head=ctx.lm_head)
 
 
 def _sync(model, layout, device, job, eff, tau, ctx):
   peer = None if ctx.peer_device is device else ctx.peer_device
-  return sync_lib.weight_sync(model, job, layout, ctx.pool_gpus, ctx.engine, ctx.peer_gpus,
+  cost = sync_lib.weight_sync(model, job, layout, ctx.pool_gpus, ctx.engine, ctx.peer_gpus,
                               ctx.colocated, on_device(ctx.cluster, device), eff, tau,
                               gen_device=peer)
+  return cost if job.lora is None else lora_stages.weight_sync(model, job, cost, eff)
 
 
 def _switch(model, layout, device, job, eff, tau, ctx):
@@ -144,7 +162,9 @@ def stage_inputs(stage: alg.StageSpec, job: RLJob, plan: plan_lib.Plan, cluster:
     return None, None, None, StageContext(cluster, **extra)
   devices = pool_devices(plan, cluster)
   pool = alg.stage_pool(stage, plan)
-  ctx = StageContext(cluster, pool_gpus=gpus[pool], lm_head=has_lm_head(stage), **extra)
+  actor = plan.role("actor")
+  ctx = StageContext(cluster, pool_gpus=gpus[pool], lm_head=has_lm_head(stage), **extra,
+                     role=stage.role, with_actor=actor is not None and actor.pool == pool)
   if stage.kind in (alg.GENERATE, alg.SWITCH):
     return job.actor, plan.engine, devices[pool], ctx
   r = plan.role(stage.role)
@@ -162,5 +182,7 @@ def stage_cost(stage: alg.StageSpec, job: RLJob, plan: plan_lib.Plan, cluster: C
                gpus: dict[str, jax.Array], eff: Efficiency, tau=0.0,
                **extra) -> common.StageCost:
   """The cost of ``stage`` under ``plan``: its kind's function on its pool's device."""
+  if job.multi_turn is not None and stage.kind != alg.GENERATE:
+    job = agentic.trajectory_job(job)  # scoring and training see whole episodes
   model, layout, device, ctx = stage_inputs(stage, job, plan, cluster, gpus, **extra)
   return STAGE_FUNCTIONS[stage.kind](model, layout, device, job, eff, tau, ctx)

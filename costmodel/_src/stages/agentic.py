@@ -1,0 +1,136 @@
+"""Generation of agentic multi-turn episodes (``RLJob.multi_turn``).
+
+Turn t of T starts from the context ``c_t = prompt + t (response + obs)``
+(the prompt, the earlier turns' outputs and observations). Each turn is one
+generation round of :func:`generate.generate` at that context (the decode
+rounds, the KV cache each running sequence holds, the length tail of one
+turn), with its prefill replaced by what the turn really prefills:
+
+* turn 0: the prompt (once per group with prefix caching);
+* later turns with ``kv_reuse``: only the new observation, attending to the
+  whole context (prefix caching across turns);
+* later turns without it: the whole context again.
+
+Between turns every episode calls its tool. Synchronously (``overlap_tools``
+off) each turn is a batch: the round waits for the slowest call
+(``tool_latency_s_max``) and for the environment's CPU work, ``env_cpu_s``
+per call shared over ``cores`` cores: ``env_cpu_s x max(1, N / cores)`` for
+N concurrent calls, so the environment saturates at ``cores / env_cpu_s``
+calls per second. Asynchronously the engine decodes other episodes while one
+waits; the stage takes the longest of the engine's busy time (the turns'
+generation), the slowest episode's own chain (its decode depth, a mean call
+per tool call plus one tail call) and the environment's CPU time
+``N (T - 1) env_cpu_s / cores``. Waiting time is reported as the stage's
+bubble (the GPUs idle).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from costmodel._src import smooth
+from costmodel._src.cluster import Cluster
+from costmodel._src.efficiency import Efficiency
+from costmodel._src.job import ResponseLength
+from costmodel._src.job import RLJob
+from costmodel._src.layout import Engine
+from costmodel._src.model import ModelSpec
+from costmodel._src.stages import common
+from costmodel._src.stages import generate as gen_lib
+
+
+def trajectory_job(job: RLJob) -> RLJob:
+  """The job as the scoring and training stages see it: one sequence per
+  episode, ``prompt + (T - 1) obs`` of context and ``T`` turns of output."""
+  mt = job.multi_turn
+  return job.replace(prompt_len=job.prompt_len + mt.tool_calls * mt.observation_tokens,
+                     response=ResponseLength(knots=job.response.knots * mt.turns),
+                     multi_turn=None)
+
+
+def turn_context(job: RLJob, t: int):
+  """Context tokens at the start of turn ``t`` (0-based)."""
+  mt = job.multi_turn
+  return jnp.asarray(job.prompt_len, float) + t * (job.response.mean + mt.observation_tokens)
+
+
+def _turn(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: Cluster,
+          eff: Efficiency, tau, t: int) -> common.StageCost:
+  """One turn's generation with the turn's own prefill."""
+  mt = job.multi_turn
+  ctx = turn_context(job, t)
+  job_t = job.replace(prompt_len=ctx, multi_turn=None)
+  whole = engine.replace(prefix_caching=False)
+  cost = gen_lib.generate(model, job_t, whole, pool_gpus, cluster, eff, tau)
+  n_r = job.generated_samples_per_step / (pool_gpus / (engine.tp * engine.pp))
+  # generate() prefilled the whole context of every sample: take it out.
+  old_pr, old_comm = gen_lib.prefill(model, job_t, whole, cluster, eff, n_r * ctx, ctx, tau)
+  if t == 0:
+    new = ctx / (job.samples_per_prompt if engine.prefix_caching else 1.0)
+    span = ctx  # causal prefill: mean keys = span / 2
+  elif mt.kv_reuse:
+    new = jnp.asarray(mt.observation_tokens, float)
+    span = 2.0 * ctx - new  # new tokens attend to ctx - obs / 2 keys on average
+  else:
+    new, span = ctx, ctx
+  pr, comm = gen_lib.prefill(model, job_t, whole, cluster, eff, n_r * new, span, tau)
+  n_seq = job.generated_samples_per_step
+  old_flops = n_seq * ctx * model.forward_flops_per_token(0.5 * ctx)
+  new_flops = n_seq * new * model.forward_flops_per_token(0.5 * span)
+  flops = cost.flops - old_flops + new_flops
+  prefill_s = pr.time_s + comm
+  return common.make_cost(
+      cost.compute_s - old_pr.compute_s + pr.compute_s,
+      cost.memory_s - old_pr.memory_s + pr.memory_s,
+      cost.comm_s - old_comm + comm, cost.bubble_s, cost.overhead_s,
+      cost.work_gpu_s * flops / jnp.maximum(cost.flops, 1.0), cost.depth_s, flops,
+      cost.memory, **dict(cost.extras, prefill_s=prefill_s,
+                          steady_time_s=cost.extras["steady_time_s"]
+                          - cost.extras["prefill_s"] + prefill_s))
+
+
+def env_call_s(job: RLJob, cluster: Cluster, tau=0.0):
+  """CPU time of one tool call when every episode calls at once (processor
+  sharing over the environment's cores)."""
+  mt = job.multi_turn
+  cores = float(mt.env_cores or cluster.cpu_cores)
+  return mt.env_cpu_s * smooth.smax(1.0, job.generated_samples_per_step / cores, tau)
+
+
+def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: Cluster,
+             eff: Efficiency, tau=0.0) -> common.StageCost:
+  """Cost of one step's multi-turn episodes on the rollout pool.
+
+  ``extras`` are the last turn's (its KV cache is the largest) with
+  ``tool_wait_s`` (GPU time lost to tools), ``gpu_busy_s`` (the turns'
+  generation), ``turn_prefill_s`` (prefill summed over turns) and
+  ``steady_time_s``, ``decode_s``, ``tail_share`` over all turns.
+  """
+  mt = job.multi_turn
+  turns = [_turn(model, job, engine, pool_gpus, cluster, eff, tau, t) for t in range(mt.turns)]
+
+  def total(f):
+    return sum(getattr(c, f) for c in turns)
+
+  busy_s = total("time_s")
+  calls = float(mt.tool_calls)
+  if mt.overlap_tools:
+    cores = float(mt.env_cores or cluster.cpu_cores)
+    chain_s = (total("depth_s") + calls * (mt.tool_latency_s_mean + mt.env_cpu_s)
+               + (mt.tool_latency_s_max - mt.tool_latency_s_mean) * (calls > 0))
+    cpu_s = job.generated_samples_per_step * calls * mt.env_cpu_s / cores
+    stage_s = smooth.smax(smooth.smax(busy_s, chain_s, tau), cpu_s, tau)
+    wait_s = stage_s - busy_s
+  else:
+    wait_s = calls * (mt.tool_latency_s_max + env_call_s(job, cluster, tau))
+  last = turns[-1]
+  decode_s = sum(c.extras["decode_s"] for c in turns)
+  tail = sum(c.extras["tail_share"] * c.extras["decode_s"] for c in turns)
+  extras = dict(last.extras, tool_wait_s=wait_s, gpu_busy_s=busy_s,
+                turn_prefill_s=sum(c.extras["prefill_s"] for c in turns), decode_s=decode_s,
+                tail_share=tail / jnp.maximum(decode_s, 1e-9),
+                steady_time_s=sum(c.extras["steady_time_s"] for c in turns) + wait_s)
+  return common.make_cost(total("compute_s"), total("memory_s"), total("comm_s"),
+                          total("bubble_s") + wait_s, total("overhead_s"), total("work_gpu_s"),
+                          total("depth_s") + calls * mt.tool_latency_s_max, total("flops"),
+                          last.memory, **extras)

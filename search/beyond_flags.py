@@ -1,0 +1,120 @@
+"""Command-line flags for LoRA, multi-turn episodes, cluster sizing and mixed GPU types.
+
+Defined here and applied by ``search.plan``:
+
+  python -m search.plan --lora_rank 32 --lora_targets q,k,v,o
+  python -m search.plan --turns 4 --tool_latency_s_mean 2 --tool_latency_s_max 10 \
+      --overlap_tools
+  python -m search.plan --prices examples/prices.yaml --size_nodes 1,2,4 \
+      --target_step_s 120 --pareto_plot pareto.png
+  python -m search.plan --prices examples/prices.yaml --mixed H800:1,H20:2
+
+Bad values print one line naming the flag and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from absl import flags
+
+import costmodel as cm
+from search._src import mixed as mixed_lib
+from search._src import sizing
+
+_LORA_RANK = flags.DEFINE_float("lora_rank", 0, "LoRA rank of the actor (0: full fine-tuning).")
+_LORA_TARGETS = flags.DEFINE_list("lora_targets", list(cm.LoRA().targets),
+                                  "LoRA target layers (q, k, v, o, gate, up, down).")
+_LORA_SYNC = flags.DEFINE_enum("lora_sync", "adapters", ["adapters", "merged"],
+                               "What the weight sync of a LoRA actor moves.")
+_TURNS = flags.DEFINE_integer("turns", 1, "Model turns per episode (> 1: agentic episodes).")
+_TOOL_MEAN = flags.DEFINE_float("tool_latency_s_mean", 1.0, "Mean tool-call latency, s.")
+_TOOL_MAX = flags.DEFINE_float("tool_latency_s_max", 5.0, "Slowest tool call of a round, s.")
+_ENV_CPU = flags.DEFINE_float("env_cpu_s", 0.1, "CPU seconds per tool call.")
+_ENV_CORES = flags.DEFINE_integer("env_cores", 0, "Environment CPU cores (0: the cluster's).")
+_OBS = flags.DEFINE_float("observation_tokens", 256, "Tokens a tool call returns.")
+_NO_KV_REUSE = flags.DEFINE_bool("no_kv_reuse", False, "Prefill the whole context every turn.")
+_OVERLAP = flags.DEFINE_bool("overlap_tools", False,
+                             "Asynchronous episodes: decode others while one waits on a tool.")
+_PRICES = flags.DEFINE_string("prices", None, "YAML file of prices per GPU-hour "
+                              "(see examples/prices.yaml, an example).")
+_SIZE_NODES = flags.DEFINE_list("size_nodes", None,
+                                "Size the cluster: node counts to try per priced GPU type.")
+_PLANNER = flags.DEFINE_enum("planner", "layouts", ["layouts", "optimize", "rules"],
+                             "Planner per sized cluster (layouts: exact ladder, no search).")
+_TARGET_STEP = flags.DEFINE_float("target_step_s", None, "Longest acceptable step time, s.")
+_TARGET_RATE = flags.DEFINE_float("target_samples_per_s", None, "Lowest acceptable samples/s.")
+_BUDGET = flags.DEFINE_float("budget_per_hour", None, "Highest acceptable cluster price per hour.")
+_PLOT = flags.DEFINE_string("pareto_plot", None, "Write the Pareto front plot to this path.")
+_MIXED = flags.DEFINE_list("mixed", None, "Mixed GPU types: GPU:nodes,GPU:nodes (with --prices).")
+
+
+def apply_job_flags(job: cm.RLJob) -> cm.RLJob:
+  """The job with the LoRA and multi-turn flags applied (a bad value prints
+  one line and exits with status 2)."""
+  changes = {}
+  try:
+    if _LORA_RANK.value:
+      changes["lora"] = cm.LoRA(_LORA_RANK.value, targets=tuple(_LORA_TARGETS.value),
+                                sync=_LORA_SYNC.value)
+    if _TURNS.value != 1:
+      changes["multi_turn"] = cm.MultiTurn(
+          turns=_TURNS.value, tool_latency_s_mean=_TOOL_MEAN.value,
+          tool_latency_s_max=_TOOL_MAX.value, env_cpu_s=_ENV_CPU.value,
+          observation_tokens=_OBS.value, env_cores=_ENV_CORES.value,
+          kv_reuse=not _NO_KV_REUSE.value, overlap_tools=_OVERLAP.value)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  return job.replace(**changes) if changes else job
+
+
+def wants_cost_run() -> bool:
+  """Whether the flags ask for sizing or a mixed-type assignment."""
+  return bool(_SIZE_NODES.value or _MIXED.value)
+
+
+def _groups(items) -> dict:
+  out = {}
+  for item in items:
+    gpu, _, n = item.partition(":")
+    if not n.isdigit() or int(n) < 1:
+      raise ValueError(f"--mixed: {item!r} must read GPU:nodes with nodes >= 1")
+    out[gpu] = int(n)
+  return out
+
+
+def run_cost(job: cm.RLJob, gpus_per_node: int) -> int:
+  """Sizes the cluster or assigns mixed types; prints the result; exit status."""
+  try:
+    if not _PRICES.value:
+      raise ValueError("--prices is needed with --size_nodes or --mixed")
+    prices = sizing.load_prices(_PRICES.value)
+    if _MIXED.value:
+      groups = _groups(_MIXED.value)
+      result = mixed_lib.mixed_cluster(job, groups, {g: prices.get(g) for g in groups},
+                                       gpus_per_node)
+      print(mixed_lib.format_mixed(result))
+      return 0 if result.best is not None else 1
+    nodes = []
+    for n in _SIZE_NODES.value:
+      if not n.isdigit() or int(n) < 1:
+        raise ValueError(f"--size_nodes: {n!r} must be a whole node count >= 1")
+      nodes.append(int(n))
+    planner = mixed_lib.layouts_planner if _PLANNER.value == "layouts" else _PLANNER.value
+    res = sizing.size_cluster(job, prices, tuple(nodes), gpus_per_node,
+                              target_step_s=_TARGET_STEP.value,
+                              target_samples_per_s=_TARGET_RATE.value,
+                              budget_per_hour=_BUDGET.value, planner=planner)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  print(sizing.format_options(res.options, res.front))
+  for tag, o in (("cheapest meeting the target", res.cheapest),
+                 ("fastest within the budget", res.fastest)):
+    print(f"{tag}: " + (f"{o.nodes} x {o.gpus // o.nodes} {o.gpu}, step {o.step_time_s:.1f} s, "
+                        f"{o.cost_per_step:.3f} per step" if o else "none"))
+  if _PLOT.value:
+    sizing.plot_pareto(res.options, _PLOT.value)
+    print(f"wrote {_PLOT.value}")
+  return 0 if res.cheapest is not None else 1
