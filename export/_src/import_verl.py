@@ -186,7 +186,7 @@ def _micro(o: dict, key: str, dynamic_key: str, tokens_key: str, seq_tokens: flo
   raise ValueError(f"{FW}: {key} is not set and {dynamic_key} is False; veRL needs one of them")
 
 
-def read_verl(source: Any, **missing: Any) -> importing.Imported:
+def read(source: Any, **missing: Any) -> importing.Imported:
   """The job, plan and cluster of a veRL run (see the module docstring).
 
   Raises:

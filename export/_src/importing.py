@@ -108,8 +108,8 @@ def number(settings: dict, key: str, framework: str, default: Any = None, kind: 
         raise TypeError
       x = int(x)
   except (TypeError, ValueError):
-    raise ValueError(f"{framework}: {key}={v!r} must be a{'n integer' if kind is int else ' number'}"
-                     ) from None
+    what = "an integer" if kind is int else "a number"
+    raise ValueError(f"{framework}: {key}={v!r} must be {what}") from None
   if minimum is not None and x < minimum:
     raise ValueError(f"{framework}: {key}={v!r} must be >= {minimum}")
   return x
@@ -162,11 +162,11 @@ def build_job(framework: str, g: Given, algorithm: str, actor: cm.ModelSpec, pro
                   oversample=float(g.oversample) if algorithm == "dapo" else 1.0)
 
 
-def build_cluster(g: Given, groups: list[tuple[int, int]]) -> cm.Cluster:
-  """The smallest cluster of ``g.gpus_per_node``-GPU nodes holding the ``(nnodes, per_node)``
-  groups (each group on nodes of its own, as the frameworks' placement groups take them)."""
+def build_cluster(g: Given, groups: list[tuple[int, int]], extra_gpus: int = 0) -> cm.Cluster:
+  """The smallest cluster of ``g.gpus_per_node``-GPU nodes (default: the most per node of the
+  ``(nnodes, per_node)`` groups) holding the groups and ``extra_gpus`` more."""
   per_node = g.gpus_per_node or max(p for _, p in groups)
-  total = sum(nn * p for nn, p in groups)
+  total = sum(nn * p for nn, p in groups) + extra_gpus
   return cm.Cluster(cm.hardware.get(g.gpu), gpus_per_node=int(per_node),
                     nodes=max(1, math.ceil(total / per_node)))
 
