@@ -186,6 +186,13 @@ def _micro(o: dict, key: str, dynamic_key: str, tokens_key: str, seq_tokens: flo
   raise ValueError(f"{FW}: {key} is not set and {dynamic_key} is False; veRL needs one of them")
 
 
+def _dividing(micro: float, samples: int, gpus: int, lay: cm.Parallel, megatron: bool) -> float:
+  """The largest micro-batch <= ``micro`` that divides a mini-batch's samples per DP rank."""
+  split = float(lay.cp) * (float(lay.tp) * float(lay.pp) if megatron else 1.0)
+  per_rank = samples // max(1, int(gpus // split))
+  return float(max((d for d in range(1, int(micro) + 1) if per_rank % d == 0), default=1))
+
+
 def read(source: Any, **missing: Any) -> importing.Imported:
   """The job, plan and cluster of a veRL run (see the module docstring).
 
@@ -228,6 +235,10 @@ def read(source: Any, **missing: Any) -> importing.Imported:
                     f"{a}.ppo_max_token_len_per_gpu", seq)
   actor_train = layout(a, f"{a}.fsdp_config", "actor_rollout_ref.model", True,
                        cm.Parallel(micro_batch=actor_mb))
+  trainer_gpus = number(o, "trainer.nnodes", FW, 1) * number(o, "trainer.n_gpus_per_node", FW, 8)
+  if o.get(f"{a}.ppo_micro_batch_size_per_gpu") is None:  # dynamic: a micro-batch that divides
+    actor_train = actor_train.replace(micro_batch=_dividing(
+        actor_mb, mini * n, trainer_gpus, actor_train, megatron))
   dyn = f"{a}.use_dynamic_bsz"
   actor_infer = actor_train.replace(micro_batch=_micro(
       o, f"{r}.log_prob_micro_batch_size_per_gpu", f"{r}.log_prob_use_dynamic_bsz"

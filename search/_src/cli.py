@@ -180,3 +180,7 @@ def write_exports(out: str, plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -
 
 def report_path() -> str | None:
   return _REPORT.value
+
+
+def exports_requested() -> bool:
+  return bool(_EXPORT.value)

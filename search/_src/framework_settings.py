@@ -81,3 +81,20 @@ def settings_diff(framework: str, current: cm.Plan, new: cm.Plan, job: cm.RLJob,
   lines = [f"  {k}: {a.get(k, '(unset)')} -> {b.get(k, '(unset)')}"
            for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
   return note + (lines or ["  (same settings)"])
+
+
+def format_better(framework: str, current: cm.Plan, current_step_s: float, result: Any,
+                  job: cm.RLJob, cluster: cm.Cluster) -> str:
+  """The searched plans faster than the current run, each as a diff of settings."""
+  name = export.get(framework).framework
+  lines = [f"current {name} run: step {current_step_s:.2f} s  ({export.describe(current)})"]
+  better = [(p, e, f) for (p, e), f in zip(result.top, result.top_families, strict=True)
+            if float(e.step_time_s) < current_step_s]
+  if not better:
+    lines.append("no searched plan is faster than the current run")
+  for i, (plan, est, family) in enumerate(better, 1):
+    t = float(est.step_time_s)
+    lines.append(f"better #{i}: step {t:.2f} s ({current_step_s / t:.2f}x faster, {family}); "
+                 f"change:")
+    lines += settings_diff(framework, current, plan, job, cluster)
+  return "\n".join(lines)
