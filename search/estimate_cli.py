@@ -11,6 +11,7 @@ Prints the job, the plan, the stage breakdown and memory per GPU
 
 from __future__ import annotations
 
+import os
 import sys
 
 from absl import flags
@@ -43,6 +44,8 @@ def _inputs() -> tuple[cm.RLJob, cm.Plan, cm.Cluster, str]:
   if start is not None:
     imported = cli.import_run(*start)
     return imported.job, imported.plan, imported.cluster, f"{start[0]} run {start[1]}"
+  if not os.path.isfile(_PLAN.value):
+    raise ValueError(f"--plan={_PLAN.value!r} is not a file")
   pf = export.read_plan(_PLAN.value)
   if pf.job is None or pf.cluster is None:
     raise ValueError(f"--plan={_PLAN.value!r} holds no job or cluster; write it with "

@@ -112,8 +112,9 @@ def test_verl_sources_read_alike(tmp_path):
   text = tmp_path / "overrides.txt"
   text.write_text("# overrides\n" + "\n".join(words) + "\n")
   script = tmp_path / "run.sh"
-  script.write_text("set -x\nTP=2\n" + export.get("verl").render(o).replace(
-      "tensor_model_parallel_size=2", "tensor_model_parallel_size=${TP}", 1).replace(" ", " \\\n  "))
+  command = export.get("verl").render(o).replace(
+      "tensor_model_parallel_size=2", "tensor_model_parallel_size=${TP}", 1)
+  script.write_text("set -x\nTP=2\n" + command.replace(" ", " \\\n  "))
   nested: dict = {}
   for k, v in o.items():
     d = nested

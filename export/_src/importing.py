@@ -87,7 +87,9 @@ def model_spec(value: Any, field: str, config_path: str | None = None) -> cm.Mod
                   .lower())
     if base in cm.models.names():
       return cm.models.get(base)
-  raise ValueError(f"{field}: the config's model path {config_path!r} names no preset; give "
+  where = (f"the config's model path {config_path!r} names no preset" if config_path else
+           "the config names no model path")
+  raise ValueError(f"{field}: {where}; give "
                    f"{field}= a preset ({', '.join(cm.models.names())}) or a config.json")
 
 

@@ -62,7 +62,7 @@ def run(main) -> None:
   def guarded(argv):
     try:
       return main(argv)
-    except ValueError as e:
+    except (ValueError, OSError) as e:  # bad input, or a file that cannot be read or written
       fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
   app.run(guarded, flags_parser=_parse_flags)
 
@@ -76,7 +76,8 @@ def check_out_path(flag: str, path: str | None) -> None:
     return
   folder = os.path.dirname(os.path.abspath(path))
   if not os.path.isdir(folder):
-    raise ValueError(f"--{flag}={path!r}: folder {folder!r} does not exist")
+    what = "is not a folder" if os.path.exists(folder) else "does not exist"
+    raise ValueError(f"--{flag}={path!r}: folder {folder!r} {what}")
   if not os.access(folder, os.W_OK):
     raise ValueError(f"--{flag}={path!r}: folder {folder!r} is not writable")
   if os.path.isdir(path):
