@@ -13,6 +13,14 @@ cannot bound) raises ``ValueError`` naming the setting and why.
 >>> overrides = verl.to_config(plan, job, cluster, strategy="megatron")  # doctest: +SKIP
 >>> print(verl.render(overrides))  # doctest: +SKIP
 
+Imports read the run a user already has (veRL overrides, a launch script or
+YAML; an OpenRLHF command line; a NeMo-RL YAML) into the job, plan and cluster,
+taking what no config states (the mean response length, the architecture
+behind a model path) from keywords:
+
+>>> job, plan, cluster = export.read_config(  # doctest: +SKIP
+...     "verl", "overrides.txt", model="qwen3-8b", response_mean=900)
+
 Plan files read back: ``export.read_plan(path).plan`` is the plan that
 ``export.write_plan(path, plan)`` wrote (with its job and cluster if given).
 """
@@ -21,6 +29,12 @@ from export._src.areal import to_areal
 from export._src.base import Exporter
 from export._src.base import to_yaml
 from export._src.common import require_int
+from export._src.importing import Given
+from export._src.importing import Imported
+from export._src.importing import plan_settings
+from export._src.imports import IMPORT_FRAMEWORKS
+from export._src.imports import read_config
+from export._src.imports import unexpressed
 from export._src.nemo_rl import to_nemo_rl
 from export._src.openrlhf import openrlhf_command
 from export._src.openrlhf import to_openrlhf
@@ -40,12 +54,17 @@ from export._src.verl import verl_command
 __all__ = (
     "FRAMEWORKS",
     "Exporter",
+    "Given",
+    "IMPORT_FRAMEWORKS",
+    "Imported",
     "PlanFile",
     "describe",
     "get",
     "openrlhf_command",
     "plan_from_dict",
+    "plan_settings",
     "plan_to_dict",
+    "read_config",
     "read_plan",
     "require_int",
     "slime_command",
@@ -55,6 +74,7 @@ __all__ = (
     "to_slime",
     "to_verl",
     "to_yaml",
+    "unexpressed",
     "verl_command",
     "write_plan",
 )

@@ -8,18 +8,25 @@ fits, naming the stage that does not.
 
   rlcost-plan --model llama-3.1-8b --nodes 4 --algorithm ppo --out plan.json
   python -m search.plan --starts 8 --steps 30 --families split
+  rlcost-plan --from_verl run.sh --response_mean 900 --out plan.json --export verl
+
+``--from_verl`` / ``--from_openrlhf`` / ``--from_nemo_rl`` start from a run
+the user has: its job and cluster are searched, and the plans faster than it
+are printed as the settings to change.
 """
 
 from __future__ import annotations
 
 import sys
 
-from absl import app
 from absl import flags
 
 import costmodel as cm
 import search
 from search import beyond_flags
+from search._src import cli
+from search._src import framework_settings
+from search._src import html_report
 from search._src import report
 
 _MODEL = flags.DEFINE_string("model", "qwen2.5-7b", "Model preset (costmodel.models.names()).")
@@ -53,24 +60,35 @@ def main(argv) -> int:
   if _CACHE.value:
     import jax  # pylint: disable=g-import-not-at-top
     jax.config.update("jax_compilation_cache_dir", _CACHE.value)
-  actor = (cm.ModelSpec.from_hf_config(_CONFIG_JSON.value) if _CONFIG_JSON.value
-           else cm.models.get(_MODEL.value))
-  job = cm.RLJob(
-      _ALGORITHM.value, actor, prompts_per_step=_PROMPTS.value,
-      samples_per_prompt=_SAMPLES.value, prompt_len=_PROMPT_LEN.value,
-      response=cm.ResponseLength.from_mean_max(_RESPONSE_MEAN.value, _RESPONSE_MAX.value),
-      reward_model=cm.models.get(_REWARD_MODEL.value) if _REWARD_MODEL.value else None)
-  job = beyond_flags.apply_job_flags(job)
-  if beyond_flags.wants_cost_run():
-    return beyond_flags.run_cost(job, _GPUS_PER_NODE.value)
-  cluster = cm.Cluster(cm.hardware.get(_GPU.value), gpus_per_node=_GPUS_PER_NODE.value,
-                       nodes=_NODES.value)
+  cli.check_outputs(_OUT.value)
+  start = cli.source()
+  if start is not None:
+    current = cli.import_run(*start)
+    job, cluster = current.job, current.cluster
+    job = beyond_flags.apply_job_flags(job)
+  else:
+    actor = (cm.ModelSpec.from_hf_config(_CONFIG_JSON.value) if _CONFIG_JSON.value
+             else cm.models.get(_MODEL.value))
+    job = cm.RLJob(
+        _ALGORITHM.value, actor, prompts_per_step=_PROMPTS.value,
+        samples_per_prompt=_SAMPLES.value, prompt_len=_PROMPT_LEN.value,
+        response=cm.ResponseLength.from_mean_max(_RESPONSE_MEAN.value, _RESPONSE_MAX.value),
+        reward_model=cm.models.get(_REWARD_MODEL.value) if _REWARD_MODEL.value else None,
+        **cli.job_options(_ALGORITHM.value))
+    job = beyond_flags.apply_job_flags(job)
+    if beyond_flags.wants_cost_run():
+      return beyond_flags.run_cost(job, _GPUS_PER_NODE.value)
+    cluster = cm.Cluster(cm.hardware.get(_GPU.value), gpus_per_node=_GPUS_PER_NODE.value,
+                         nodes=_NODES.value)
   print(report.format_job(job, cluster), flush=True)
   result = search.optimize(job, cluster, families=_FAMILIES.value, starts=_STARTS.value,
                            steps=_STEPS.value, seed=_SEED.value, top_k=_TOP_K.value,
                            progress=True)
   rules = search.rules_of_thumb(job, cluster) if result.feasible else ()
   print(report.format_result(result, rules), flush=True)
+  if start is not None:
+    step = float(cm.estimate(job, current.plan, cluster).step_time_s)
+    print(framework_settings.format_better(start[0], current.plan, step, result, job, cluster))
   if not result.feasible:
     print(f"no layout fits: {result.infeasible_reason}", file=sys.stderr)
     return 1
@@ -78,12 +96,18 @@ def main(argv) -> int:
     search.write_plan(_OUT.value, result.best_plan, result.best_estimate, result.family,
                       job=job, cluster=cluster)
     print(f"wrote {_OUT.value}")
+    if cli.exports_requested():
+      print("\n".join(cli.write_exports(_OUT.value, result.best_plan, job, cluster)))
+  if cli.report_path():
+    html_report.write(cli.report_path(), job, cluster, result.best_plan, result.best_estimate,
+                      rules, title=f"rlcost plan ({result.family})")
+    print(f"wrote {cli.report_path()}")
   return 0
 
 
 def run():
   """Console entry point (``rlcost-plan``)."""
-  app.run(main)
+  cli.run(main)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,197 @@
+"""Import of a NeMo-RL run: its YAML config.
+
+Reads the keys of NVIDIA-NeMo/RL@7ea279a (``examples/configs/grpo_math_1B.yaml``,
+``grpo_rm_1B.yaml``, ``ppo_math_1B.yaml`` and the typed configs of
+``nemo_rl/models/policy`` and ``nemo_rl/models/generation/vllm``) that
+:func:`export.to_nemo_rl` writes. A config that names a ``defaults:`` base
+must itself hold the keys read here (NeMo-RL merges the base; this reader does
+not), else the error names the key. Pools: generation shares the policy's
+GPUs (``colocated.enabled``: pool ``all``) or takes its
+``colocated.resources`` (pool ``gen``), the reward model takes
+``env.reward_model.resources`` (pool ``rm``), the policy (actor, reference,
+value model) the rest of ``cluster`` (pool ``train``).
+
+What the config cannot state: the mean response length, the architecture (a
+model name naming no preset), the accelerator, and the reference's and the
+reward model's sharding and recompute (taken from the actor's layout).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import yaml
+
+import costmodel as cm
+from export._src import importing
+from export._src.importing import flag
+from export._src.importing import number
+
+FW = "NeMo-RL"
+UNEXPRESSED = {"reference.infer": ("zero_stage", "recompute", "offload"),
+               "reward.infer": ("zero_stage", "recompute", "sequence_parallel")}
+_RECOMPUTE = {"selective": 1.0, "full": 2.0}
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(_flatten(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
+def read_source(source: Any) -> dict[str, Any]:
+  """Flat ``{dotted key: value}`` of a nested dict or a YAML file."""
+  if isinstance(source, dict):
+    return _flatten(source)
+  path = os.fspath(source)
+  if not os.path.isfile(path):
+    raise ValueError(f"{FW}: source={path!r} is not a file")
+  with open(path, encoding="utf-8") as f:
+    try:
+      d = yaml.safe_load(f)
+    except yaml.YAMLError as e:
+      raise ValueError(f"{FW}: source={path!r} is not YAML: {e}") from None
+  if not isinstance(d, dict):
+    raise ValueError(f"{FW}: source={path!r} is not a YAML mapping")
+  return _flatten(d)
+
+
+def _layout(o: dict, pre: str, micro: float) -> cm.Parallel:
+  """A trained model's layout from ``{pre}.megatron_cfg`` or ``{pre}.dtensor_cfg``."""
+  if flag(o, f"{pre}.megatron_cfg.enabled", FW):
+    m = f"{pre}.megatron_cfg"
+    tp = number(o, f"{m}.tensor_model_parallel_size", FW)
+    granularity = o.get(f"{m}.recompute_granularity")
+    if granularity is not None and granularity not in _RECOMPUTE:
+      raise ValueError(f"{FW}: {m}.recompute_granularity={granularity!r} is not selective or full")
+    f = dict(tp=tp, pp=number(o, f"{m}.pipeline_model_parallel_size", FW),
+             cp=number(o, f"{m}.context_parallel_size", FW),
+             ep=number(o, f"{m}.expert_model_parallel_size", FW, 1),
+             zero_stage=1 if flag(o, f"{m}.optimizer.use_distributed_optimizer", FW, True) else 0,
+             offload=1 if flag(o, f"{m}.optimizer.optimizer_cpu_offload", FW) else 0,
+             recompute=_RECOMPUTE.get(granularity, 0.0) if flag(
+                 o, f"{m}.activation_checkpointing", FW) else 0.0)
+    sp = flag(o, f"{m}.sequence_parallel", FW) if tp > 1 else True
+  elif flag(o, f"{pre}.dtensor_cfg.enabled", FW, True):
+    d = f"{pre}.dtensor_cfg"
+    tp = number(o, f"{d}.tensor_parallel_size", FW)
+    f = dict(tp=tp, cp=number(o, f"{d}.context_parallel_size", FW),
+             ep=number(o, f"{d}.expert_parallel_size", FW, 1), zero_stage=3,
+             offload=1 if flag(o, f"{d}.cpu_offload", FW) else 0,
+             recompute=2 if flag(o, f"{d}.activation_checkpointing", FW) else 0)
+    sp = flag(o, f"{d}.sequence_parallel", FW) if tp > 1 else True
+  else:
+    raise ValueError(f"{FW}: {pre}.dtensor_cfg.enabled and {pre}.megatron_cfg.enabled are both "
+                     "False; one backend must be on")
+  return cm.Parallel(micro_batch=micro, sequence_parallel=sp,
+                     **{k: float(v) for k, v in f.items()})
+
+
+def _algorithm(o: dict) -> tuple[str, str]:
+  if "ppo.num_prompts_per_step" in o:
+    return "ppo", "ppo"
+  if "grpo.num_prompts_per_step" not in o:
+    raise ValueError(f"{FW}: neither grpo.num_prompts_per_step nor ppo.num_prompts_per_step is "
+                     "set; the config names no algorithm")
+  if o.get("grpo.adv_estimator.name", "grpo") == "reinforce_plus_plus":
+    return "grpo", "reinforce_pp"
+  if flag(o, "grpo.use_leave_one_out_baseline", FW):
+    return "grpo", "rloo"
+  if flag(o, "grpo.use_dynamic_sampling", FW):
+    return "grpo", "dapo"
+  return "grpo", "grpo"
+
+
+def read(source: Any, **missing: Any) -> importing.Imported:
+  """The job, plan and cluster of a NeMo-RL config (see the module docstring).
+
+  ``oversample`` defaults to DAPO's ``grpo.batch_multiplier``.
+
+  Raises:
+    ValueError: naming the key and its value, or the keyword of a missing fact.
+  """
+  o = read_source(source)
+  section, algorithm = _algorithm(o)
+  if algorithm == "dapo" and "oversample" not in missing:
+    missing = {**missing, "oversample": number(o, "grpo.batch_multiplier", FW, 1, kind=float)}
+  g = importing.given(FW, missing)
+  actor = importing.model_spec(g.model, "model", o.get("policy.model_name"))
+  prompts = number(o, f"{section}.num_prompts_per_step", FW)
+  n = number(o, f"{section}.num_generations_per_prompt", FW)
+  max_response = number(o, "policy.generation.max_new_tokens", FW)
+  total = number(o, "policy.max_total_sequence_length", FW)
+  if total <= max_response:
+    raise ValueError(f"{FW}: policy.max_total_sequence_length={total} must exceed "
+                     f"policy.generation.max_new_tokens={max_response} (the prompt's share)")
+  gbs = number(o, "policy.train_global_batch_size", FW)
+  if (prompts * n) % gbs:
+    raise ValueError(f"{FW}: policy.train_global_batch_size={gbs} must divide "
+                     f"{section}.num_prompts_per_step x num_generations_per_prompt = {prompts * n}")
+  if section == "ppo":
+    use_ref = not flag(o, "ppo.skip_reference_policy_logprobs_calculation", FW)
+  else:
+    use_ref = float(number(o, "loss_fn.reference_policy_kl_penalty", FW, 0.01, kind=float,
+                           minimum=0)) != 0.0
+  reward = "env.reward_model.resources.num_nodes" in o
+  job = importing.build_job(FW, g, algorithm, actor, prompts, n, total - max_response,
+                            max_response, prompts * n // gbs,
+                            number(o, "ppo.ppo_epochs", FW, 1) if section == "ppo" else 1,
+                            use_ref, reward)
+
+  train = _layout(o, "policy", float(number(o, "policy.train_micro_batch_size", FW)))
+  infer = train.replace(micro_batch=float(number(o, "policy.logprob_batch_size", FW)))
+  roles = [cm.RolePlan("actor", "train", train=train, infer=infer)]
+  if use_ref:
+    roles.append(cm.RolePlan("reference", "train", infer=infer))
+  if section == "ppo":
+    critic = _layout(o, "value", float(number(o, "value.train_micro_batch_size", FW)))
+    roles.append(cm.RolePlan("critic", "train", train=critic))
+
+  nodes, per_node = number(o, "cluster.num_nodes", FW), number(o, "cluster.gpus_per_node", FW)
+  pools = {}
+  colocated = flag(o, "policy.generation.colocated.enabled", FW, True)
+  c = "policy.generation.colocated.resources"
+  if not colocated:
+    pools["gen"] = number(o, f"{c}.num_nodes", FW) * number(o, f"{c}.gpus_per_node", FW)
+  if reward:
+    rm = "env.reward_model"
+    pools["rm"] = (number(o, f"{rm}.resources.num_nodes", FW)
+                   * number(o, f"{rm}.resources.gpus_per_node", FW))
+    roles.append(cm.RolePlan("reward", "rm", infer=infer.replace(
+        tp=float(number(o, f"{rm}.dtensor_cfg.tensor_parallel_size", FW, 1)),
+        cp=float(number(o, f"{rm}.dtensor_cfg.context_parallel_size", FW, 1)), pp=1.0, ep=1.0,
+        vpp=1.0, offload=1.0 if flag(o, f"{rm}.dtensor_cfg.cpu_offload", FW) else 0.0,
+        micro_batch=float(number(o, f"{rm}.batch_size", FW)))))
+  rest = nodes * per_node - sum(pools.values())
+  if rest < 1:
+    raise ValueError(f"{FW}: cluster {nodes} x {per_node} GPUs leaves {rest} for the policy after "
+                     f"generation and the reward model ({sum(pools.values())})")
+  policy_pool = "all" if colocated else "train"
+  roles = [cm.RolePlan(r.role, policy_pool if r.pool == "train" else r.pool, train=r.train,
+                       infer=r.infer) for r in roles]
+  pools[policy_pool] = rest
+
+  v = "policy.generation.vllm_cfg"
+  engine = cm.Engine(
+      tp=float(number(o, f"{v}.tensor_parallel_size", FW)),
+      pp=float(number(o, f"{v}.pipeline_parallel_size", FW, 1)),
+      ep=float(number(o, f"{v}.expert_parallel_size", FW, 1)),
+      memory_fraction=float(number(o, f"{v}.gpu_memory_utilization", FW, kind=float, minimum=0)),
+      max_seqs=float(number(o, "policy.generation.vllm_kwargs.max_num_seqs", FW,
+                            g.engine_max_seqs)),
+      prefix_caching=flag(o, f"{v}.enable_prefix_caching", FW, True))
+  a = f"{section}.async_{section}"
+  mode = cm.Mode()
+  if flag(o, f"{a}.enabled", FW):
+    mode = cm.Mode(staleness=number(o, f"{a}.max_trajectory_age_steps", FW),
+                   partial_rollout=flag(o, f"{a}.in_flight_weight_updates", FW))
+  plan = cm.Plan(pools=tuple(cm.Pool(k, float(x)) for k, x in pools.items()), roles=tuple(roles),
+                 engine=engine, rollout_pool="all" if colocated else "gen", mode=mode)
+  cluster = importing.build_cluster(g, [(nodes, per_node)])
+  cm.validate_plan(plan, job, cluster)
+  return importing.Imported(job, plan, cluster)

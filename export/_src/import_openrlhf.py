@@ -1,0 +1,174 @@
+"""Import of an OpenRLHF run: the argv of ``python3 -m openrlhf.cli.train_ppo_ray``.
+
+Reads the flags of OpenRLHF v0.11.0 (3c3be62, ``openrlhf/cli/train_ppo_ray.py``)
+that :func:`export.to_openrlhf` writes; a flag left out takes that parser's
+default. Pools follow the colocation flags: ``--train.colocate_all`` in a
+synchronous run puts every model and the vLLM engines on pool ``all``;
+otherwise the actor is on ``train``, the engines on ``gen``, the reference on
+``train`` with ``--train.colocate_actor_ref`` (else ``ref``), the critic on
+``critic`` (``train`` with ``colocate_all``), the reward model on the
+critic's pool with ``--train.colocate_critic_reward`` (else ``rm``). A critic
+exists for ``gae`` (PPO), a reward model when ``--reward.model_name_or_path``
+or ``--reward.num_nodes`` is given, a reference when ``--algo.kl.init_coef``
+is not 0.
+
+What the flags cannot state: the mean response length, the architecture
+(a model path naming no preset), the accelerator, vLLM's ``max_num_seqs``
+(OpenRLHF passes none; ``engine_max_seqs``), Megatron's sequence
+parallelism (DeepSpeed has none), and the sharding and recompute of
+inference-only models (one ``--ds.*`` for all: taken from the actor).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from typing import Any
+
+import costmodel as cm
+from export._src import importing
+from export._src.importing import choice
+from export._src.importing import number
+
+FW = "OpenRLHF"
+_ALGORITHM = {"gae": "ppo", "group_norm": "grpo", "reinforce": "reinforce_pp", "rloo": "rloo"}
+_NO_SP = ("sequence_parallel",)
+UNEXPRESSED = {"actor.train": _NO_SP, "actor.infer": _NO_SP, "critic.train": _NO_SP,
+               "critic.infer": _NO_SP + ("zero_stage", "recompute", "offload"),
+               "reference.infer": _NO_SP + ("zero_stage", "recompute"),
+               "reward.infer": _NO_SP + ("zero_stage", "recompute"), "engine": ("max_seqs",)}
+_SWITCHES = {"--train.colocate_all", "--train.colocate_actor_ref", "--train.colocate_critic_reward",
+             "--vllm.enable_prefix_caching", "--vllm.enable_sleep", "--ds.enable_sleep",
+             "--ds.packing_samples", "--ds.adam_offload", "--actor.gradient_checkpointing_enable",
+             "--ref.offload", "--reward.offload", "--algo.dynamic_filtering_enable",
+             "--train.async_enable", "--train.partial_rollout_enable"}
+
+
+def parse_argv(words: list[str]) -> dict[str, Any]:
+  """``--name value`` and ``--name=value`` pairs; a switch (store_true) maps to True."""
+  out: dict[str, Any] = {}
+  i = 0
+  while i < len(words):
+    w = words[i]
+    i += 1
+    if not w.startswith("--"):
+      continue
+    if "=" in w:
+      k, v = w.split("=", 1)
+      out[k[2:]] = v
+    elif w in _SWITCHES or i == len(words) or words[i].startswith("--"):
+      out[w[2:]] = True
+    else:
+      out[w[2:]] = words[i]
+      i += 1
+  return out
+
+
+def read_source(source: Any) -> dict[str, Any]:
+  """Flags from a dict, an argv list, or a file holding the command (a shell script with
+  ``\\`` continuations, ``$VAR`` left as written)."""
+  if isinstance(source, dict):
+    return dict(source)
+  if isinstance(source, (list, tuple)):
+    return parse_argv(list(source))
+  path = os.fspath(source)
+  if not os.path.isfile(path):
+    raise ValueError(f"{FW}: source={path!r} is not a file")
+  with open(path, encoding="utf-8") as f:
+    text = re.sub(r"\\\n", " ", f.read())
+  lines = [s for s in text.splitlines() if "openrlhf.cli.train_ppo_ray" in s] or [text]
+  return parse_argv(shlex.split(lines[0], comments=True))
+
+
+def read(source: Any, **missing: Any) -> importing.Imported:
+  """The job, plan and cluster of an OpenRLHF run (see the module docstring).
+
+  Raises:
+    ValueError: naming the flag and its value where the argv is not a run
+      the cost model can read, or the keyword of a fact it lacks.
+  """
+  o = read_source(source)
+  g = importing.given(FW, missing)
+  algorithm = choice(o, "algo.advantage.estimator", FW, _ALGORITHM, "gae")
+  if o.get("algo.dynamic_filtering_enable"):
+    if algorithm != "grpo":
+      raise ValueError(f"{FW}: algo.dynamic_filtering_enable with algo.advantage.estimator="
+                       f"{o['algo.advantage.estimator']!r}: the cost model's DAPO is group_norm")
+    algorithm = "dapo"
+  actor = importing.model_spec(g.model, "model", o.get("actor.model_name_or_path"))
+  prompts = number(o, "rollout.batch_size", FW, 1024)
+  n = number(o, "rollout.n_samples_per_prompt", FW, 1)
+  max_len = number(o, "data.max_len", FW, 2048)
+  max_response = number(o, "rollout.max_new_tokens", FW, 1024)
+  prompt_len = max_len - max_response
+  if prompt_len < 1:
+    raise ValueError(f"{FW}: data.max_len={max_len} must exceed rollout.max_new_tokens="
+                     f"{max_response} (the prompt's share)")
+  samples = prompts * n
+  train_batch = number(o, "train.batch_size", FW, 128)
+  if samples % train_batch:
+    raise ValueError(f"{FW}: train.batch_size={train_batch} must divide rollout.batch_size x "
+                     f"rollout.n_samples_per_prompt = {samples}")
+  use_ref = float(number(o, "algo.kl.init_coef", FW, 0.01, kind=float, minimum=None)) != 0.0
+  reward = "reward.model_name_or_path" in o or "reward.num_nodes" in o
+  job = importing.build_job(FW, g, algorithm, actor, prompts, n, prompt_len, max_response,
+                            samples // train_batch, number(o, "train.max_epochs", FW, 1), use_ref,
+                            reward)
+
+  train = cm.Parallel(
+      tp=float(number(o, "ds.tensor_parallel_size", FW, 1)),
+      cp=float(number(o, "ds.ring_attn_size", FW, 1)),
+      zero_stage=float(number(o, "ds.zero_stage", FW, 2, minimum=0)),
+      offload=1.0 if o.get("ds.adam_offload") else 0.0,
+      recompute=2.0 if o.get("actor.gradient_checkpointing_enable") else 0.0,
+      micro_batch=float(number(o, "train.micro_batch_size", FW, 1)))
+  infer = train.replace(micro_batch=float(number(o, "rollout.micro_batch_size", FW, 1)))
+  staleness = number(o, "train.async_queue_size", FW, 1) if o.get("train.async_enable") else 0
+  mode = cm.Mode(staleness=staleness, partial_rollout=bool(o.get("train.partial_rollout_enable")))
+  colocate_all = bool(o.get("train.colocate_all"))
+  shared = colocate_all and staleness == 0
+
+  def group(key):
+    return (number(o, f"{key}.num_nodes", FW, 1), number(o, f"{key}.num_gpus_per_node", FW, 8))
+
+  groups = {"train": group("actor")}
+  roles = [cm.RolePlan("actor", "train", train=train, infer=infer)]
+  if use_ref:
+    pool = "train" if colocate_all or o.get("train.colocate_actor_ref") else "ref"
+    groups.setdefault(pool, group("ref"))
+    roles.append(cm.RolePlan("reference", pool, infer=infer.replace(
+        offload=1.0 if o.get("ref.offload") else 0.0)))
+  critic_pool = "train" if colocate_all else "critic"
+  if algorithm == "ppo":
+    groups.setdefault(critic_pool, group("critic"))
+    roles.append(cm.RolePlan("critic", critic_pool, train=train, infer=infer))
+  if reward:
+    pool = ("train" if colocate_all else
+            critic_pool if o.get("train.colocate_critic_reward") and algorithm == "ppo" else "rm")
+    groups.setdefault(pool, group("reward"))
+    roles.append(cm.RolePlan("reward", pool, infer=infer.replace(
+        offload=1.0 if o.get("reward.offload") else 0.0)))
+  tp = number(o, "vllm.tensor_parallel_size", FW, 1)
+  engines = number(o, "vllm.num_engines", FW)
+  if shared:
+    roles = [cm.RolePlan(r.role, "all", train=r.train, infer=r.infer) for r in roles]
+    pools = [cm.Pool("all", float(groups["train"][0] * groups["train"][1]))]
+    rollout_pool = "all"
+    if engines * tp != pools[0].gpus:
+      raise ValueError(f"{FW}: train.colocate_all: vllm.num_engines x vllm.tensor_parallel_size "
+                       f"= {engines} x {tp} must equal the actor's {int(pools[0].gpus)} GPUs")
+    gen = 0
+  else:
+    pools = [cm.Pool("gen", float(engines * tp))]
+    pools += [cm.Pool(name, float(nn * p)) for name, (nn, p) in groups.items()]
+    rollout_pool = "gen"
+    gen = engines * tp
+  engine = cm.Engine(tp=float(tp), memory_fraction=float(number(
+      o, "vllm.gpu_memory_utilization", FW, 0.95, kind=float, minimum=0)),
+      max_seqs=float(g.engine_max_seqs), prefix_caching=bool(o.get("vllm.enable_prefix_caching")))
+  plan = cm.Plan(pools=tuple(pools), roles=tuple(roles), engine=engine, rollout_pool=rollout_pool,
+                 mode=mode)
+  cluster = importing.build_cluster(g, list(groups.values()), gen)
+  cm.validate_plan(plan, job, cluster)
+  return importing.Imported(job, plan, cluster)

@@ -1,0 +1,339 @@
+"""Import of a veRL run: Hydra overrides, a launch script or a YAML config.
+
+Reads the keys of verl-project/verl@1dda039 that :func:`export.to_verl`
+writes (the trainer YAML files ``verl/trainer/config/_generated_ppo_trainer.yaml``
+and ``_generated_ppo_megatron_trainer.yaml``); a key left out takes the
+default of those files. Placement follows the trainer: the hybrid engine or
+v1 ``sync`` (every role on one pool ``all``), v1 ``separate_async`` or the
+``fully_async_policy`` / ``one_step_off_policy`` recipes (rollout on pool
+``gen``, training on ``train``), and a reward model with
+``enable_resource_pool`` on pool ``rm``.
+
+What the overrides cannot state: the mean response length, the model's
+architecture (a model path naming no preset), the accelerator, and for the
+reward model its micro-batch, sharding and recompute (a served vLLM model
+batches requests itself; they are taken from the actor's inference layout).
+With ``use_dynamic_bsz`` the micro-batch is the token budget over the mean
+sequence (prompt + mean response).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import shlex
+from typing import Any
+
+import yaml
+
+import costmodel as cm
+from export._src import importing
+from export._src.importing import choice
+from export._src.importing import flag
+from export._src.importing import number
+
+FW = "veRL"
+_ALGORITHM = {"gae": "ppo", "grpo": "grpo", "reinforce_plus_plus": "reinforce_pp",
+              "rloo": "rloo", "remax": "remax"}
+_RECOMPUTE = {None: 0, "selective": 1, "full": 2}
+# Defaults of _generated_ppo_trainer.yaml at 1dda039 for the keys read here.
+_ROLLOUT_DEFAULTS = {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 1,
+                     "expert_parallel_size": 1, "gpu_memory_utilization": 0.5,
+                     "max_num_seqs": 256, "enable_prefix_caching": True}
+# Fields of a plan the overrides cannot state (taken as documented above).
+UNEXPRESSED = {"reward.infer": ("micro_batch", "zero_stage", "recompute", "sequence_parallel")}
+
+
+# ----- reading the source -------------------------------------------------------------
+
+
+def _value(text: str) -> Any:
+  """A Hydra override's value as YAML reads it (``True``, ``null``, ``0.6``, ``'x'``)."""
+  try:
+    return yaml.safe_load(text) if text != "" else ""
+  except yaml.YAMLError:
+    return text
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(_flatten(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
+def parse_overrides(words: list[str]) -> dict[str, Any]:
+  """``key=value`` words (``+key`` and ``++key`` too) as ``{key: value}``; other words are
+  Hydra's own options (``--config-name=...``) and are skipped."""
+  out = {}
+  for w in words:
+    if w.startswith("-") or "=" not in w:
+      continue
+    key, text = w.split("=", 1)
+    out[key.lstrip("+~")] = _value(text)
+  return out
+
+
+_VAR = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}|\$(\w+)")
+
+
+def _expand(text: str, env: dict[str, str]) -> str:
+  def sub(m):
+    name = m.group(1) or m.group(3)
+    if name in env:
+      return env[name]
+    if m.group(2) is not None:
+      return _expand(m.group(2), env)
+    raise ValueError(f"{FW}: ${name} in {text!r} is not assigned in the script; give its value")
+  return _VAR.sub(sub, text)
+
+
+def parse_script(text: str) -> dict[str, Any]:
+  """The overrides of the ``python3 -m verl...`` command of a shell script.
+
+  Simple assignments (``NAME=value``, ``NAME=${NAME:-default}``) before the
+  command are expanded in its words; the command may span lines joined by
+  ``\\``.
+  """
+  joined = re.sub(r"\\\n", " ", text)
+  env: dict[str, str] = {}
+  for line in joined.splitlines():
+    s = line.strip()
+    m = re.fullmatch(r"(?:export\s+)?(\w+)=(\S*)", s)
+    if m:
+      env[m.group(1)] = _expand(shlex.split(m.group(2))[0] if m.group(2) else "", env)
+      continue
+    if re.search(r"-m\s+verl\.", s):
+      words = shlex.split(s, comments=True)
+      start = next(i for i, w in enumerate(words) if w.startswith("verl."))
+      return parse_overrides([_expand(w, env) for w in words[start + 1:]])
+  raise ValueError(f"{FW}: the script has no 'python3 -m verl...' command")
+
+
+def read_source(source: Any) -> dict[str, Any]:
+  """Overrides from a dict, a list of ``key=value`` words, or a file: YAML (``.yaml``), a
+  shell script (``.sh``) or a text file of ``key=value`` words (``#`` comments)."""
+  if isinstance(source, dict):
+    return _flatten(source)
+  if isinstance(source, (list, tuple)):
+    return parse_overrides(list(source))
+  path = os.fspath(source)
+  if not os.path.isfile(path):
+    raise ValueError(f"{FW}: source={path!r} is not a file")
+  with open(path, encoding="utf-8") as f:
+    text = f.read()
+  if path.endswith((".yaml", ".yml")):
+    d = yaml.safe_load(text)
+    if not isinstance(d, dict):
+      raise ValueError(f"{FW}: source={path!r} is not a YAML mapping")
+    return _flatten(d)
+  if path.endswith(".sh") or re.search(r"-m\s+verl\.", text):
+    return parse_script(text)
+  return parse_overrides(shlex.split(text, comments=True))
+
+
+# ----- layouts --------------------------------------------------------------------------
+
+
+def _megatron(o: dict, pre: str, train: bool, base: cm.Parallel) -> cm.Parallel:
+  m = f"{pre}.megatron"
+  tp = number(o, f"{m}.tensor_model_parallel_size", FW, 1)
+  f = dict(tp=tp, pp=number(o, f"{m}.pipeline_model_parallel_size", FW, 1),
+           cp=number(o, f"{m}.context_parallel_size", FW, 1),
+           ep=number(o, f"{m}.expert_model_parallel_size", FW, 1),
+           vpp=number(o, f"{m}.virtual_pipeline_model_parallel_size", FW, 1),
+           offload=float(flag(o, f"{m}.param_offload", FW)))
+  if train:
+    t = f"{m}.override_transformer_config.recompute_granularity"
+    f.update(zero_stage=1 if flag(o, f"{m}.use_distributed_optimizer", FW, True) else 0,
+             recompute=choice(o, t, FW, _RECOMPUTE))
+    if tp > 1:
+      f["sequence_parallel"] = flag(o, f"{m}.sequence_parallel", FW, True)
+  return base.replace(**{k: float(v) if not isinstance(v, bool) else v for k, v in f.items()})
+
+
+def _fsdp(o: dict, pre: str, fsdp: str, model: str, train: bool, base: cm.Parallel) -> cm.Parallel:
+  cp = number(o, f"{pre}.ulysses_sequence_parallel_size", FW,
+              number(o, f"{fsdp}.ulysses_sequence_parallel_size", FW, 1))
+  f = dict(tp=1.0, pp=1.0, ep=1.0, vpp=1.0, cp=float(cp),
+           offload=float(flag(o, f"{fsdp}.param_offload", FW)))
+  if train:
+    zero = 3.0
+    if number(o, f"{fsdp}.fsdp_size", FW, -1, minimum=None) == 1:
+      zero = 0.0
+    elif not flag(o, f"{fsdp}.reshard_after_forward", FW, True):
+      zero = 2.0
+    f.update(zero_stage=zero,
+             recompute=2.0 if flag(o, f"{model}.enable_gradient_checkpointing", FW, True) else 0.0)
+  return base.replace(**f)
+
+
+def _micro(o: dict, key: str, dynamic_key: str, tokens_key: str, seq_tokens: float,
+           default_tokens: int = 16384, fallback: int | None = None) -> float:
+  """A micro-batch: the key, else the token budget over the mean sequence (dynamic batches)."""
+  if o.get(key) is not None:
+    return float(number(o, key, FW))
+  if flag(o, dynamic_key, FW, False):
+    budget = number(o, tokens_key, FW, default_tokens)
+    return float(max(1, math.floor(budget / seq_tokens)))
+  if fallback is not None:
+    return float(fallback)
+  raise ValueError(f"{FW}: {key} is not set and {dynamic_key} is False; veRL needs one of them")
+
+
+def _dividing(micro: float, samples: int, gpus: int, lay: cm.Parallel, megatron: bool) -> float:
+  """The largest micro-batch <= ``micro`` that divides a mini-batch's samples per DP rank."""
+  split = float(lay.cp) * (float(lay.tp) * float(lay.pp) if megatron else 1.0)
+  per_rank = samples // max(1, int(gpus // split))
+  return float(max((d for d in range(1, int(micro) + 1) if per_rank % d == 0), default=1))
+
+
+def read(source: Any, **missing: Any) -> importing.Imported:
+  """The job, plan and cluster of a veRL run (see the module docstring).
+
+  Raises:
+    ValueError: naming the key and its value where the overrides are not a
+      run the cost model can read, or the keyword of a fact they lack.
+  """
+  o = read_source(source)
+  g = importing.given(FW, missing)
+  a, r = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
+  algorithm = choice(o, "algorithm.adv_estimator", FW, _ALGORITHM, "gae")
+  if flag(o, "algorithm.filter_groups.enable", FW):
+    algorithm = "dapo"
+  actor_model = importing.model_spec(g.model, "model", o.get("actor_rollout_ref.model.path"))
+  n = number(o, f"{r}.n", FW, 1)
+  prompt_len = number(o, "data.max_prompt_length", FW, 512)
+  max_response = number(o, "data.max_response_length", FW, 512)
+  mini = number(o, f"{a}.ppo_mini_batch_size", FW, 256)
+  prompts = number(o, "data.train_batch_size", FW, 1024, minimum=0)
+  if prompts == 0:  # fully_async: a step is trigger_parameter_sync_step mini-batches
+    prompts = mini * number(o, "async_training.trigger_parameter_sync_step", FW, 1) * number(
+        o, "async_training.require_batches", FW, 1)
+  if prompts % mini:
+    raise ValueError(f"{FW}: data.train_batch_size={prompts} is not a multiple of "
+                     f"{a}.ppo_mini_batch_size={mini}")
+  use_ref = flag(o, f"{a}.use_kl_loss", FW) or flag(o, "algorithm.use_kl_in_reward", FW)
+  reward = flag(o, "reward.reward_model.enable", FW)
+  job = importing.build_job(FW, g, algorithm, actor_model, prompts, n, prompt_len, max_response,
+                            prompts // mini, number(o, f"{a}.ppo_epochs", FW, 1), use_ref, reward)
+  seq = prompt_len + float(g.response_mean)
+
+  strategy = choice(o, f"{a}.strategy", FW, {s: s for s in ("fsdp", "fsdp2", "megatron")}, "fsdp")
+  megatron = strategy == "megatron"
+
+  def layout(pre, fsdp, model, train, base):
+    return (_megatron(o, pre, train, base) if megatron else
+            _fsdp(o, pre, fsdp, model, train, base))
+
+  actor_mb = _micro(o, f"{a}.ppo_micro_batch_size_per_gpu", f"{a}.use_dynamic_bsz",
+                    f"{a}.ppo_max_token_len_per_gpu", seq)
+  actor_train = layout(a, f"{a}.fsdp_config", "actor_rollout_ref.model", True,
+                       cm.Parallel(micro_batch=actor_mb))
+  trainer_gpus = number(o, "trainer.nnodes", FW, 1) * number(o, "trainer.n_gpus_per_node", FW, 8)
+  if o.get(f"{a}.ppo_micro_batch_size_per_gpu") is None:  # dynamic: a micro-batch that divides
+    actor_train = actor_train.replace(micro_batch=_dividing(
+        actor_mb, mini * n, trainer_gpus, actor_train, megatron))
+  dyn = f"{a}.use_dynamic_bsz"
+  actor_infer = actor_train.replace(micro_batch=_micro(
+      o, f"{r}.log_prob_micro_batch_size_per_gpu", f"{r}.log_prob_use_dynamic_bsz"
+      if f"{r}.log_prob_use_dynamic_bsz" in o else dyn, f"{r}.log_prob_max_token_len_per_gpu",
+      seq, fallback=int(actor_mb)))
+  roles = [cm.RolePlan("actor", "train", train=actor_train, infer=actor_infer)]
+  if use_ref:
+    ref = "actor_rollout_ref.ref"
+    base = actor_train.replace(micro_batch=_micro(
+        o, f"{ref}.log_prob_micro_batch_size_per_gpu", f"{ref}.log_prob_use_dynamic_bsz"
+        if f"{ref}.log_prob_use_dynamic_bsz" in o else dyn,
+        f"{ref}.log_prob_max_token_len_per_gpu", seq, fallback=int(actor_infer.micro_batch)))
+    roles.append(cm.RolePlan("reference", "train",
+                             infer=layout(ref, f"{ref}.fsdp_config", None, False, base)))
+  if algorithm == "ppo":
+    c_mb = _micro(o, "critic.ppo_micro_batch_size_per_gpu", "critic.use_dynamic_bsz"
+                  if "critic.use_dynamic_bsz" in o else dyn, "critic.ppo_max_token_len_per_gpu",
+                  seq, 32768, fallback=int(actor_mb))
+    critic = layout("critic", "critic.fsdp", "critic.model", True,
+                    cm.Parallel(micro_batch=c_mb))
+    c_inf = c_mb if megatron else _micro(
+        o, "critic.forward_micro_batch_size_per_gpu", "critic.use_dynamic_bsz", "x", seq,
+        fallback=int(c_mb))
+    roles.append(cm.RolePlan("critic", "train", train=critic, infer=critic.replace(
+        micro_batch=c_inf)))
+
+  e = {k: o.get(f"{r}.{k}", v) for k, v in _ROLLOUT_DEFAULTS.items()}
+  engine = cm.Engine(tp=float(number(e, "tensor_model_parallel_size", FW)),
+                     pp=float(number(e, "pipeline_model_parallel_size", FW)),
+                     ep=float(number(e, "expert_parallel_size", FW)),
+                     memory_fraction=float(number(e, "gpu_memory_utilization", FW, kind=float,
+                                                  minimum=0)),
+                     max_seqs=float(number(e, "max_num_seqs", FW)),
+                     prefix_caching=flag(e, "enable_prefix_caching", FW))
+  if o.get(f"{r}.name", "vllm") not in ("vllm", "sglang"):
+    raise ValueError(f"{FW}: {r}.name={o[f'{r}.name']!r} is not vllm or sglang")
+
+  trainer = (number(o, "trainer.nnodes", FW, 1), number(o, "trainer.n_gpus_per_node", FW, 8))
+  groups = [trainer]
+  mode, rollout = _mode(o)
+  if rollout is None:
+    pools = [cm.Pool("all", float(trainer[0] * trainer[1]))]
+    roles = [dataclasses.replace(x, pool="all") for x in roles]
+    rollout_pool = "all"
+  else:
+    groups.append(rollout)
+    pools = [cm.Pool("gen", float(rollout[0] * rollout[1])),
+             cm.Pool("train", float(trainer[0] * trainer[1]))]
+    rollout_pool = "gen"
+  if reward:
+    rm = "reward.reward_model"
+    rm_layout = actor_infer.replace(
+        tp=float(number(o, f"{rm}.rollout.tensor_model_parallel_size", FW, 2)),
+        pp=float(number(o, f"{rm}.rollout.pipeline_model_parallel_size", FW, 1)),
+        cp=1.0, ep=1.0, vpp=1.0, offload=float(flag(o, f"{rm}.rollout.free_cache_engine", FW)))
+    pool = roles[0].pool
+    if flag(o, f"{rm}.enable_resource_pool", FW):
+      rm_nodes = (number(o, f"{rm}.nnodes", FW, 1), number(o, f"{rm}.n_gpus_per_node", FW, 8))
+      groups.append(rm_nodes)
+      pools.append(cm.Pool("rm", float(rm_nodes[0] * rm_nodes[1])))
+      pool = "rm"
+    roles.append(cm.RolePlan("reward", pool, infer=rm_layout))
+  plan = cm.Plan(pools=tuple(pools), roles=tuple(roles), engine=engine,
+                 rollout_pool=rollout_pool, mode=mode)
+  cluster = importing.build_cluster(g, groups)
+  cm.validate_plan(plan, job, cluster)
+  return importing.Imported(job, plan, cluster)
+
+
+def _mode(o: dict) -> tuple[cm.Mode, tuple[int, int] | None]:
+  """The execution mode and the rollout's own ``(nnodes, per_node)`` (None: colocated)."""
+  r = "actor_rollout_ref.rollout"
+  if "async_training.staleness_threshold" in o:  # fully_async_policy
+    k = number(o, "async_training.staleness_threshold", FW, kind=float, minimum=0)
+    if not float(k).is_integer():
+      raise ValueError(f"{FW}: async_training.staleness_threshold={k!r}: the cost model takes a "
+                       "whole number of steps of staleness")
+    partial = flag(o, "async_training.partial_rollout", FW, True)
+    return cm.Mode(staleness=int(k), partial_rollout=partial), _nodes(o, "rollout")
+  if "rollout.nnodes" in o:  # one_step_off_policy
+    return cm.Mode(staleness=1), _nodes(o, "rollout")
+  use_v1 = flag(o, "trainer.use_v1", FW, True)
+  mode = o.get("trainer.v1.trainer_mode", "sync") if use_v1 else "hybrid"
+  if mode in ("sync", "hybrid"):
+    if not flag(o, "actor_rollout_ref.hybrid_engine", FW, True):
+      raise ValueError(f"{FW}: actor_rollout_ref.hybrid_engine=False with the main trainer has "
+                       "no rollout pool in the keys (use the async recipes' rollout.nnodes)")
+    return cm.Mode(), None
+  if mode != "separate_async":
+    raise ValueError(f"{FW}: trainer.v1.trainer_mode={mode!r} is not sync or separate_async "
+                     "(colocate_async has no plan in the cost model)")
+  t = number(o, "trainer.v1.sampler.max_off_policy_threshold", FW, 8)
+  # replay_buffer.py drops a trajectory started at step s when g - s + 1 > threshold.
+  return cm.Mode(staleness=t - 1, partial_rollout=True), _nodes(o, r)
+
+
+def _nodes(o: dict, pre: str) -> tuple[int, int]:
+  return (number(o, f"{pre}.nnodes", FW), number(o, f"{pre}.n_gpus_per_node", FW))

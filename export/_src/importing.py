@@ -1,0 +1,195 @@
+"""What every import shares: the facts a config lacks, typed reads of its keys,
+the job and cluster built from them, and the plan compared as its settings.
+
+A framework's config names the layout, the batch and the lengths' bounds,
+but not everything the cost model needs: the mean response length, the
+architecture when only a model path is given, the accelerator. Those come
+from :class:`Given` (the keyword arguments of :func:`export.read_config`);
+a fact that is needed and neither in the config nor given raises ValueError
+naming the key and the keyword that supplies it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+from typing import Any
+from typing import NamedTuple
+
+import costmodel as cm
+from export._src import planfile
+
+
+class Imported(NamedTuple):
+  """A framework config read as the cost model's job, plan and cluster."""
+
+  job: cm.RLJob
+  plan: cm.Plan
+  cluster: cm.Cluster
+
+
+@dataclasses.dataclass(frozen=True)
+class Given:
+  """Facts a framework config does not hold, given by the user.
+
+  Attributes:
+    model: The actor's architecture: a preset name, a path to a Hugging Face
+      ``config.json`` (or its folder), or a :class:`ModelSpec`. None reads
+      the config's model path when it names a preset.
+    critic: The critic's architecture (PPO; default: the actor's).
+    reward_model: The reward model's architecture, when the config enables one.
+    response_mean: Mean response tokens (required: no config states it).
+    gpu: Accelerator preset (default H100).
+    gpus_per_node: GPUs per node of the cluster (default: the most GPUs per
+      node any group of the config uses).
+    oversample: DAPO's generated / kept samples (no config states the
+      filter's keep rate; default 1).
+    engine_max_seqs: vLLM's ``max_num_seqs`` where the framework has no key
+      for it (default 256).
+  """
+
+  model: Any = None
+  critic: Any = None
+  reward_model: Any = None
+  response_mean: float | None = None
+  gpu: str = "H100"
+  gpus_per_node: int | None = None
+  oversample: float = 1.0
+  engine_max_seqs: int = 256
+
+
+def given(framework: str, missing: dict[str, Any]) -> Given:
+  names = {f.name for f in dataclasses.fields(Given)}
+  unknown = sorted(set(missing) - names)
+  if unknown:
+    raise ValueError(f"read_config({framework!r}): unknown keyword(s) {unknown}; the facts a "
+                     f"config lacks are {sorted(names)}")
+  return Given(**missing)
+
+
+def model_spec(value: Any, field: str, config_path: str | None = None) -> cm.ModelSpec:
+  """A preset name, a ``config.json`` path or a ModelSpec; else the config's model path."""
+  if isinstance(value, cm.ModelSpec):
+    return value
+  if isinstance(value, str) and value:
+    if value in cm.models.names():
+      return cm.models.get(value)
+    if os.path.exists(value):
+      return cm.ModelSpec.from_hf_config(value)
+    raise ValueError(f"{field}={value!r} is neither a preset ({', '.join(cm.models.names())}) "
+                     "nor an existing config.json")
+  if value is not None:
+    raise ValueError(f"{field}={value!r} must be a preset name, a config.json path or a ModelSpec")
+  if config_path:
+    base = re.sub(r"-(instruct|chat|base)$", "", os.path.basename(str(config_path).rstrip("/"))
+                  .lower())
+    if base in cm.models.names():
+      return cm.models.get(base)
+  where = (f"the config's model path {config_path!r} names no preset" if config_path else
+           "the config names no model path")
+  raise ValueError(f"{field}: {where}; give "
+                   f"{field}= a preset ({', '.join(cm.models.names())}) or a config.json")
+
+
+def number(settings: dict, key: str, framework: str, default: Any = None, kind: type = int,
+           minimum: float | None = 1) -> Any:
+  """``settings[key]`` as ``kind`` (``default`` when absent), or ValueError naming both."""
+  if key not in settings or settings[key] is None:
+    if default is None:
+      raise ValueError(f"{framework}: {key} is not set and has no default the cost model can use")
+    return default
+  v = settings[key]
+  try:
+    if isinstance(v, bool):
+      raise TypeError
+    x = float(v)
+    if kind is int:
+      if not x.is_integer():
+        raise TypeError
+      x = int(x)
+  except (TypeError, ValueError):
+    what = "an integer" if kind is int else "a number"
+    raise ValueError(f"{framework}: {key}={v!r} must be {what}") from None
+  if minimum is not None and x < minimum:
+    raise ValueError(f"{framework}: {key}={v!r} must be >= {minimum}")
+  return x
+
+
+def flag(settings: dict, key: str, framework: str, default: bool = False) -> bool:
+  """``settings[key]`` as a bool (``True``/``False``, any case), or ValueError naming it."""
+  v = settings.get(key, default)
+  if isinstance(v, bool):
+    return v
+  if isinstance(v, str) and v.lower() in ("true", "false"):
+    return v.lower() == "true"
+  raise ValueError(f"{framework}: {key}={v!r} must be True or False")
+
+
+def choice(settings: dict, key: str, framework: str, table: dict, default: Any = None) -> Any:
+  """``table[settings[key]]``, or ValueError naming the key, its value and the choices."""
+  v = settings.get(key, default)
+  if v not in table:
+    raise ValueError(f"{framework}: {key}={v!r} is not one of {sorted(table)}")
+  return table[v]
+
+
+def build_job(framework: str, g: Given, algorithm: str, actor: cm.ModelSpec, prompts: int,
+              n: int, prompt_len: int, max_response: int, mini_batches: int, ppo_epochs: int,
+              use_reference: bool, reward: bool) -> cm.RLJob:
+  """The RL job, the response mean and the reward model taken from ``g``."""
+  if g.response_mean is None:
+    raise ValueError(f"{framework}: response_mean is not in any config (the mean response length "
+                     f"under max_response={max_response}); pass response_mean=<tokens> "
+                     "(--response_mean)")
+  mean = float(g.response_mean)
+  if not 1 <= mean <= max_response:
+    raise ValueError(f"{framework}: response_mean={g.response_mean!r} must lie in "
+                     f"[1, max_response={max_response}]")
+  rm = None
+  if reward:
+    if g.reward_model is None:
+      raise ValueError(f"{framework}: the config enables a reward model; pass reward_model=<preset "
+                       "or config.json> (--reward_model): its architecture is not in the config")
+    rm = model_spec(g.reward_model, "reward_model")
+  critic = None
+  if algorithm == "ppo":
+    critic = model_spec(g.critic, "critic") if g.critic is not None else actor
+  return cm.RLJob(algorithm, actor, prompts_per_step=float(prompts), samples_per_prompt=float(n),
+                  prompt_len=float(prompt_len),
+                  response=cm.ResponseLength.from_mean_max(mean, float(max_response)),
+                  critic=critic, reward_model=rm, use_reference=use_reference,
+                  ppo_epochs=ppo_epochs, mini_batches=mini_batches,
+                  oversample=float(g.oversample) if algorithm == "dapo" else 1.0)
+
+
+def build_cluster(g: Given, groups: list[tuple[int, int]], extra_gpus: int = 0) -> cm.Cluster:
+  """The smallest cluster of ``g.gpus_per_node``-GPU nodes (default: the most per node of the
+  ``(nnodes, per_node)`` groups) holding the groups and ``extra_gpus`` more."""
+  per_node = g.gpus_per_node or max(p for _, p in groups)
+  total = sum(nn * p for nn, p in groups) + extra_gpus
+  return cm.Cluster(cm.hardware.get(g.gpu), gpus_per_node=int(per_node),
+                    nodes=max(1, math.ceil(total / per_node)))
+
+
+def plan_settings(plan: cm.Plan, unexpressed: dict[str, tuple[str, ...]] = None) -> dict:
+  """A plan as plain settings: pools by name, each role's pool and its training and inference
+  layouts (the inference layout as the role runs it), the engine and the mode.
+
+  Two plans with equal settings run the same way; ``unexpressed`` drops fields
+  (``{"reward.infer": ("micro_batch",)}``) that a framework's config cannot state.
+  """
+  d = planfile.plan_to_dict(plan)
+  unexpressed = dict(unexpressed or {})
+  roles = {}
+  for name, r in d["roles"].items():
+    roles[name] = {"pool": r["pool"], "train": r["train"], "infer": r["infer"] or r["train"]}
+    for phase in ("train", "infer"):
+      drop = unexpressed.get(f"{name}.{phase}", ())
+      if roles[name][phase] is not None:
+        roles[name][phase] = {k: v for k, v in roles[name][phase].items() if k not in drop}
+  drop = unexpressed.get("engine", ())
+  return {"pools": d["pools"], "pool_fields": d["pool_fields"], "rollout_pool": d["rollout_pool"],
+          "roles": roles, "engine": {k: v for k, v in d["engine"].items() if k not in drop},
+          "mode": d["mode"]}

@@ -1,0 +1,78 @@
+"""``rlcost-estimate`` (``python -m search.estimate_cli``) and ``rlcost-plan --from_verl``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import costmodel as cm
+import export
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(ROOT, "tests", "data", "verl_examples", "run_qwen3_8b_fsdp_1dda039.txt")
+
+
+def _run(module, args, cwd):
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  env.pop("XLA_FLAGS", None)
+  env.pop("JAX_PLATFORMS", None)
+  return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                        env=env, cwd=cwd, timeout=900)
+
+
+def test_estimate_of_an_imported_run_and_of_its_plan_file(tmp_path):
+  r = _run("search.estimate_cli", ["--from_verl", EXAMPLE, "--response_mean", "1000",
+                                   "--out", "plan.json", "--export", "verl,nemo_rl",
+                                   "--report", "report.html"], tmp_path)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert r.stderr == ""  # no platform warnings, no logging
+  job, plan, cluster = export.read_config("verl", EXAMPLE, response_mean=1000)
+  step = float(cm.estimate(job, plan, cluster).step_time_s)
+  assert f"step {step:.2f} s  mode sync" in r.stdout
+  for stage in ("generate", "reference", "old_log_prob", "actor_update", "weight_sync"):
+    assert re.search(rf"^{stage} +all ", r.stdout, re.M), stage
+  assert "plan: all:8 | actor tp1 pp1 zero3 mb10 rc2 | engine tp2 mem 0.60 seqs 256" in r.stdout
+  written = json.loads((tmp_path / "plan.json").read_text())
+  assert abs(written["predicted"]["step_time_s"] - step) < 1e-9
+  verl = (tmp_path / "plan.verl.sh").read_text()
+  assert verl.startswith("# veRL export (keys checked against verl-project/verl@1dda039)")
+  assert "actor_rollout_ref.rollout.gpu_memory_utilization=0.6" in verl
+  assert (tmp_path / "plan.nemo_rl.yaml").read_text().startswith("# NeMo-RL export")
+  assert (tmp_path / "report.html").read_text().count("data:image/png;base64,") == 4
+  again = _run("search.estimate_cli", ["--plan", "plan.json"], tmp_path)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert f"step {step:.2f} s  mode sync" in again.stdout
+  assert again.stdout.startswith("plan file plan.json\n")
+
+
+def test_plan_from_a_verl_run_prints_the_settings_to_change(tmp_path):
+  (tmp_path / "small.txt").write_text("\n".join([
+      "algorithm.adv_estimator=grpo", "data.train_batch_size=64", "data.max_prompt_length=512",
+      "data.max_response_length=1024", "actor_rollout_ref.model.path=Qwen/Qwen2.5-1.5B",
+      "actor_rollout_ref.actor.ppo_mini_batch_size=32",
+      "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+      "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+      "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+      "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
+      "actor_rollout_ref.rollout.n=4", "trainer.nnodes=1", "trainer.n_gpus_per_node=8"]))
+  r = _run("search.plan", ["--from_verl", "small.txt", "--response_mean", "500",
+                           "--families", "colocated", "--starts", "4", "--steps", "20",
+                           "--top_k", "2", "--out", "plan.json", "--export", "verl"], tmp_path)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "job: grpo qwen2.5-1.5b, 64 prompts x 4 samples, prompt 512" in r.stdout
+  m = re.search(r"^current veRL run: step ([0-9.]+) s", r.stdout, re.M)
+  assert m, r.stdout[-3000:]
+  better = re.findall(r"^better #\d: step ([0-9.]+) s \(([0-9.]+)x faster", r.stdout, re.M)
+  assert better, r.stdout[-3000:]
+  for step, speed in better:
+    assert float(step) < float(m.group(1))
+    assert abs(float(m.group(1)) / float(step) - float(speed)) < 0.01
+  # Each change is a veRL key with its old and new value.
+  changes = re.findall(r"^  (\S+): (\S+) -> (\S+)$", r.stdout, re.M)
+  assert changes and all(k.split(".")[0] in ("actor_rollout_ref", "trainer", "data", "algorithm")
+                         for k, _, _ in changes)
+  assert (tmp_path / "plan.verl.sh").exists() and (tmp_path / "plan.json").exists()
+  assert "Traceback" not in r.stderr and "No GPU/TPU" not in r.stderr
