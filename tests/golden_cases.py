@@ -19,7 +19,10 @@ import sys
 
 import numpy as np
 
-import costmodel as cm
+if __name__ == "__main__":  # run as a script: estimate with this checkout's code
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import costmodel as cm  # noqa: E402
 
 GOLDEN = pathlib.Path(__file__).parent / "data" / "golden_estimates.json"
 N_CASES = 320
