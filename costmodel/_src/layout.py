@@ -16,6 +16,7 @@ import numpy as np
 from costmodel._src import pytree
 
 RECOMPUTE = {"none": 0, "selective": 1, "full": 2}
+SYNC_BACKENDS = ("per_tensor", "bucketed", "reshard", "ipc")
 
 
 def _check_degrees(owner: str, **values) -> None:
@@ -101,6 +102,21 @@ class Engine:
     memory_fraction: Share of HBM the engine may use (weights + KV cache).
     max_seqs: Maximum concurrent sequences per engine.
     prefix_caching: Prefill each prompt once per group of samples (static).
+    cuda_graphs: Decode steps replay captured CUDA graphs (vLLM's and SGLang's
+      default); False is eager mode (vLLM ``enforce_eager=True``, veRL's
+      rollout default in volcengine/verl@008db456
+      ``verl/trainer/config/ppo_trainer.yaml``), which pays a per-layer
+      kernel-launch and Python cost every step
+      (``Efficiency.eager_layer_overhead_s``) (static).
+    sync_backend: How trained weights reach the engine (static):
+      ``per_tensor`` (every full tensor broadcast, or loaded, one call per
+      tensor: veRL's NCCL sync and hybrid-engine ``load_weights``),
+      ``bucketed`` (full tensors packed into large buckets and broadcast:
+      veRL's checkpoint engine, NeMo-RL's packed broadcast), ``reshard``
+      (shard-to-shard in buckets, each engine GPU receiving only its shard:
+      NeMo-RL's ``refit_transport=nccl_reshard``, disaggregated only) or
+      ``ipc`` (colocated only: CUDA IPC handles of the gathered shard in
+      buckets, NeMo-RL's colocated refit).
   """
 
   tp: jax.Array | float = 1.0
@@ -109,10 +125,15 @@ class Engine:
   memory_fraction: jax.Array | float = 0.6
   max_seqs: jax.Array | float = 1024.0
   prefix_caching: bool = pytree.static_field(default=True)
+  cuda_graphs: bool = pytree.static_field(default=True)
+  sync_backend: str = pytree.static_field(default="per_tensor")
 
   def __post_init__(self):
     _check_degrees("Engine", tp=self.tp, pp=self.pp, ep=self.ep, max_seqs=self.max_seqs)
     pytree.check_fraction("Engine", memory_fraction=self.memory_fraction)
+    if self.sync_backend not in SYNC_BACKENDS:
+      raise ValueError(f"Engine: sync_backend={self.sync_backend!r} is not one of "
+                       f"{SYNC_BACKENDS}")
 
   def replace(self, **changes) -> Engine:
     return dataclasses.replace(self, **changes)

@@ -286,6 +286,13 @@ def validate(plan: Plan, job: RLJob, cluster: Cluster) -> None:
       raise ValueError(f"Plan: engine pp={pp:g} exceeds n_layers={job.actor.n_layers}")
     if ep > 1 and (not job.actor.is_moe or ep != tp):
       raise ValueError(f"Plan: engine ep={ep:g} must be 1 or equal tp={tp:g} on an MoE model")
+  colocated = plan.shares_pool("actor")
+  if e.sync_backend == "ipc" and not colocated:
+    raise ValueError(f"Plan: engine sync_backend='ipc' needs the actor's training on the "
+                     f"rollout pool {plan.rollout_pool!r} (CUDA IPC is within one GPU)")
+  if e.sync_backend == "reshard" and colocated:
+    raise ValueError("Plan: engine sync_backend='reshard' needs the rollout pool apart from "
+                     "the actor's training pool (use 'ipc' or 'per_tensor' when colocated)")
   if plan.mode.staleness > 0 and plan.shares_pool("actor"):
     raise ValueError(f"Plan: staleness={plan.mode.staleness} needs the rollout pool "
                      f"{plan.rollout_pool!r} apart from the actor's training pool")

@@ -75,7 +75,7 @@ def roofline_points(job: RLJob, plan: plan_lib.Plan, cluster: Cluster,
   flops = float(e.pp) * float(w.matmul_flops + w.attention_flops)
   nbytes = float(e.pp) * float(w.weight_bytes + kv + w.activation_bytes)
   parts = gen_lib.decode_round(job.actor, job, e, cluster, eff, conc, ctx)
-  t = float(sum(parts)) + float(eff.decode_step_overhead_s)
+  t = float(sum(parts)) + float(gen_lib.step_overhead_s(job.actor, e, cluster, eff, conc))
   out.append(("generate (decode)", flops / nbytes, flops / t))
   # One micro-batch of each inference and training stage.
   seq = float(job.prompt_len) + float(job.response.mean)

@@ -107,7 +107,8 @@ def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
   mb = per_rank / m
   rc = jnp.asarray(layout.recompute, float)
 
-  work = layers.forward_work(model, mb * seq, 0.5 * seq, tp=tp, pp=pp, cp=cp, ep=ep,
+  ctx = infer_lib.attention_context(job) if seq_len is None else 0.5 * seq
+  work = layers.forward_work(model, mb * seq, ctx, tp=tp, pp=pp, cp=cp, ep=ep,
                              param_bytes=job.param_bytes, lm_head=lm_head,
                              sequence_parallel=layout.sequence_parallel,
                              flash_attention=layout.flash_attention)
@@ -164,9 +165,9 @@ def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
   memory_s = n_updates * per_update_memory
   comm_s = n_updates * per_update_comm
   bubble_s = n_updates * bubble
-  overhead_s = n_updates * eff.train_overhead_s
+  overhead_s = n_updates * eff.train_overhead_s + (
+      infer_lib.batch_transfer_s(job, eff, n) if seq_len is None else 0.0)
 
-  ctx = 0.5 * seq
   flops = n_updates * batch * seq * 3.0 * model.forward_flops_per_token(ctx)
   work_gpu_s = flops / (hw.peak_flops_per_s * hw.matmul_efficiency_max)
   depth_s = n_updates * (pp * stage_s + pp * p2p_s + (1.0 - off) * opt_gpu_s)

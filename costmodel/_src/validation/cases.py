@@ -278,14 +278,16 @@ def decode_cases() -> list[Case]:
       # 1,000-token prompt per 1,000 output tokens), interleaved by vLLM.
       pr, comm = gen_lib.prefill(_MISTRAL7B, job, Engine(), cluster, eff, jnp.asarray(batch),
                                  jnp.asarray(1000.0))
-      return (c + m + x + pr.time_s + comm + eff.decode_step_overhead_s) * 1e3
+      over = gen_lib.step_overhead_s(_MISTRAL7B, Engine(), cluster, eff, jnp.asarray(batch))
+      return (c + m + x + pr.time_s + comm + over) * 1e3
 
     cases.append(Case(f"training_inference:{rid}", "decode",
                       f"vLLM Mistral-7B inter-token latency at batch {batch:.0f} ({hw_name})",
                       itl_ms, "ms", itl,
                       "batch from Little's law; 1,000 + 1,000-token requests assumed (the "
                       "benchmark does not restate its lengths); prefills amortised per step; "
-                      "vLLM 0.5's scheduler overhead is not modelled"))
+                      "the engine's per-step and per-sequence overheads included, the HTTP "
+                      "server's share (33% in vLLM 0.5.3's profile) is not"))
   return cases
 
 

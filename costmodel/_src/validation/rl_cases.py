@@ -208,13 +208,12 @@ def _dsv3_run() -> Run:
   cluster = h20_cluster(96)
   train = Parallel(tp=8.0, pp=12.0, ep=8.0, micro_batch=4.0, zero_stage=1.0, recompute=2.0,
                    offload=1.0)
-  engine = Engine(tp=32.0, memory_fraction=0.6, max_seqs=1024.0)
+  engine = Engine(tp=32.0, memory_fraction=0.6, max_seqs=1024.0, cuda_graphs=False)
   return Run("verl-dsv3-96", "veRL GRPO DeepSeek-V3 671B colocated, 96 H20", job,
              Plan.colocated(job, cluster, train=train, engine=engine), cluster, 1700.0,
              {"gen": 1050.0}, ("rl:18",), VERL_DSV3,
              "published 'rollout' (1,050 s) compared with generate + switch + sync; the "
-             "engine runs eager (no CUDA graphs) over 4 nodes, which the model does not "
-             "capture")
+             "engine runs eager (the script's enforce_eager=True) over 4 nodes")
 
 
 def _dschat_runs() -> list[Run]:
@@ -241,13 +240,14 @@ def _dschat_runs() -> list[Run]:
       plan = Plan.colocated(job, cluster, train=train,
                             critic=Parallel(micro_batch=4.0, zero_stage=3.0),
                             engine=Engine(tp=float(tp), memory_fraction=0.5,
-                                          prefix_caching=False))
+                                          prefix_caching=False, cuda_graphs=False))
       steps = 264292.0 / 1024.0
       out.append(Run(f"dschat-{size}-{gpus}",
                      f"DeepSpeed-Chat PPO OPT-{size} + 350M, {gpus} A100",
                      job, plan, cluster, seconds, {}, (f"rl:{next(rid)}",), DS_CHAT,
                      "1,024 pairs per step (the documented cap), 258 steps per epoch; "
-                     "per-config batch, ZeRO stage and inference TP are not published",
+                     "per-config batch, ZeRO stage and inference TP are not published; "
+                     "generation is DeepSpeed's hybrid-engine generate() loop in eager mode",
                      scale=steps, unit="s/epoch"))
   return out
 
@@ -337,7 +337,7 @@ SKIPPED_RL = {
             "with its colocated twin",
     "rl:9": "multi-turn tool calling: lengths, samples and layouts not published",
     "rl:10": "multi-turn tool calling: lengths, samples and layouts not published",
-    "rl:11-13": "weight-sync microbenchmarks: used for the sync model's shape only",
+    "rl:11": "see SKIPPED_MORE (rows 12-13 are weight-sync cases, group rl_sync)",
     "rl:19-21": "MFU-only rows without lengths or batch",
     "rl:168-175": "headline claims without configuration",
 }
