@@ -229,3 +229,26 @@ def test_attention_context_is_length_biased():
   assert float(infer_lib.attention_context(tail)) == pytest.approx(
       0.5 * np.mean(s**2) / np.mean(s), rel=1e-5)
   assert float(infer_lib.attention_context(tail)) > 2.0 * 0.5 * 1512.0
+
+
+# ----- engine memory on a dedicated pool ----------------------------------------
+
+
+def test_dedicated_rollout_pool_gives_the_engine_more_memory(h100):
+  model = cm.models.get("qwen2.5-7b")
+  cluster = cm.Cluster(h100, 8, 2)
+  job = _job(model, samples=16.0)
+  split = cm.Plan.split(job, cluster, 8, engine=cm.Engine(tp=2.0))
+  colo = cm.Plan.colocated(job, cluster, engine=cm.Engine(tp=2.0))
+  assert float(split.engine.memory_fraction) == 0.9
+  assert float(colo.engine.memory_fraction) == 0.6
+  # An explicit fraction is kept whatever the placement.
+  assert float(cm.Plan.split(job, cluster, 8, engine=cm.Engine(
+      tp=2.0, memory_fraction=0.5)).engine.memory_fraction) == 0.5
+  kv = {}
+  for name, plan in (("dedicated", split), ("shared", colo)):
+    c = gen_lib.generate(model, job, plan.engine, 8.0, cluster, EFF)
+    kv[name] = float(c.extras["kv_tokens"])
+  per_token = float(gen_lib.kv_bytes_per_token_per_gpu(model, cm.Engine(tp=2.0), 2.0))
+  assert kv["dedicated"] - kv["shared"] == pytest.approx(0.3 * h100.hbm_bytes / per_token,
+                                                         rel=1e-5)

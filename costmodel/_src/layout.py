@@ -17,6 +17,12 @@ from costmodel._src import pytree
 
 RECOMPUTE = {"none": 0, "selective": 1, "full": 2}
 SYNC_BACKENDS = ("per_tensor", "bucketed", "reshard", "ipc")
+# vLLM's default gpu_memory_utilization (vllm/engine/arg_utils.py, 0.9): what
+# an engine takes on GPUs it does not share.
+DEDICATED_MEMORY_FRACTION = 0.9
+# What colocated recipes leave the engine beside the training states (veRL's
+# and OpenRLHF's colocated examples use 0.4-0.7).
+SHARED_MEMORY_FRACTION = 0.6
 
 
 def _check_degrees(owner: str, **values) -> None:
@@ -100,6 +106,10 @@ class Engine:
     ep: Expert parallelism inside the engine (1, or tp to shard experts over
       the TP group with all-to-all instead of all-reduce).
     memory_fraction: Share of HBM the engine may use (weights + KV cache).
+      None (the default) is resolved by the plan's placement
+      (:func:`resolve_memory_fraction`): :data:`DEDICATED_MEMORY_FRACTION`
+      on a rollout pool the engine has to itself, :data:`SHARED_MEMORY_FRACTION`
+      when training or inference roles share its pool.
     max_seqs: Maximum concurrent sequences per engine.
     prefix_caching: Prefill each prompt once per group of samples (static).
     cuda_graphs: Decode steps replay captured CUDA graphs (vLLM's and SGLang's
@@ -122,7 +132,7 @@ class Engine:
   tp: jax.Array | float = 1.0
   pp: jax.Array | float = 1.0
   ep: jax.Array | float = 1.0
-  memory_fraction: jax.Array | float = 0.6
+  memory_fraction: jax.Array | float | None = None
   max_seqs: jax.Array | float = 1024.0
   prefix_caching: bool = pytree.static_field(default=True)
   cuda_graphs: bool = pytree.static_field(default=True)
@@ -137,3 +147,11 @@ class Engine:
 
   def replace(self, **changes) -> Engine:
     return dataclasses.replace(self, **changes)
+
+
+def resolve_memory_fraction(engine: Engine, shared: bool) -> Engine:
+  """``engine`` with its memory fraction set from the placement when None."""
+  if engine.memory_fraction is not None:
+    return engine
+  frac = SHARED_MEMORY_FRACTION if shared else DEDICATED_MEMORY_FRACTION
+  return engine.replace(memory_fraction=frac)

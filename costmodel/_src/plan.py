@@ -18,6 +18,7 @@ from costmodel._src.cluster import Cluster
 from costmodel._src.job import RLJob
 from costmodel._src.layout import Engine
 from costmodel._src.layout import Parallel
+from costmodel._src.layout import resolve_memory_fraction
 from costmodel._src.model import ModelSpec
 
 ROLES = ("actor", "reference", "critic", "reward")
@@ -112,13 +113,23 @@ def role_model(job: RLJob, role: str) -> ModelSpec:
 
 @pytree.pytree_dataclass
 class Plan:
-  """Pools, role placement and layouts, rollout engines, execution mode."""
+  """Pools, role placement and layouts, rollout engines, execution mode.
+
+  An engine whose ``memory_fraction`` is None gets 0.9 on a rollout pool no
+  role shares and 0.6 on a shared one (:func:`resolve_memory_fraction`).
+  """
 
   pools: tuple[Pool, ...]
   roles: tuple[RolePlan, ...]
   engine: Engine
   rollout_pool: str = pytree.static_field()
   mode: Mode = dataclasses.field(default_factory=Mode)
+
+  def __post_init__(self):
+    # An engine without a memory fraction takes what its placement leaves it.
+    if isinstance(self.engine, Engine) and self.engine.memory_fraction is None:
+      shared = any(r.pool == self.rollout_pool for r in self.roles)
+      object.__setattr__(self, "engine", resolve_memory_fraction(self.engine, shared))
 
   def pool(self, name: str) -> Pool:
     for p in self.pools:

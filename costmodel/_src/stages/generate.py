@@ -37,6 +37,7 @@ import jax.numpy as jnp
 
 from costmodel._src import collectives
 from costmodel._src import layers
+from costmodel._src import layout as layout_lib
 from costmodel._src import roofline
 from costmodel._src import smooth
 from costmodel._src.cluster import Cluster
@@ -189,6 +190,8 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
   # Memory and concurrency.
   weights = engine_weight_bytes(model, engine, job.param_bytes)
   kv_tok = kv_bytes_per_token_per_gpu(model, engine, job.kv_bytes)
+  if engine.memory_fraction is None:  # outside a plan: assume a shared pool
+    engine = layout_lib.resolve_memory_fraction(engine, shared=True)
   limit = engine.memory_fraction * hw.hbm_bytes
   kv_budget = smooth.relu(limit - weights - WORKSPACE_BYTES, hw.hbm_bytes, tau)
   kv_tokens = kv_budget / kv_tok
