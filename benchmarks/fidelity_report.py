@@ -51,6 +51,7 @@ MECHANISMS = (
     ("generate_overhead_s", "fixed cost per generation stage"),
     ("infer_overhead_s", "fixed cost per inference stage"),
     ("train_overhead_s", "fixed cost per optimizer update"),
+    ("train_call_overhead_s", "fixed cost per trainer call"),
 )
 # Rows with a 0/1 prediction (fits or not): reported, never fitted.
 NOT_FITTED = ("feasibility",)

@@ -61,6 +61,10 @@ class Efficiency:
     generate_overhead_s: Fixed overhead per generation stage.
     infer_overhead_s: Fixed overhead per inference stage.
     train_overhead_s: Fixed overhead per optimizer update (mini-batch).
+    train_call_overhead_s: Fixed overhead per call into the trainer (one per
+      training stage, or one per ``Mode.require_batches`` mini-batches when
+      streaming): a remote call to every worker, the batch split and
+      balanced, FSDP's state re-gathered, metrics reduced. 2 s.
     sync_overhead_s: Fixed overhead per weight sync (the RPCs that start it and
       the engine's barrier; 0.05 s: veRL's checkpoint engine syncs a 7B model
       inside one node in 0.02 s, all costs included).
@@ -108,6 +112,7 @@ class Efficiency:
   generate_overhead_s: jax.Array | float = 1.0
   infer_overhead_s: jax.Array | float = 0.5
   train_overhead_s: jax.Array | float = 0.05
+  train_call_overhead_s: jax.Array | float = 2.0
   sync_overhead_s: jax.Array | float = 0.05
   sync_per_tensor_s: jax.Array | float = 0.5e-3
   sync_bucket_bytes: jax.Array | float = 4096.0 * 2**20
@@ -146,6 +151,7 @@ class Efficiency:
         generate_overhead_s=self.generate_overhead_s,
         infer_overhead_s=self.infer_overhead_s,
         train_overhead_s=self.train_overhead_s,
+        train_call_overhead_s=self.train_call_overhead_s,
         sync_overhead_s=self.sync_overhead_s,
         sync_per_tensor_s=self.sync_per_tensor_s,
         switch_overhead_s=self.switch_overhead_s)

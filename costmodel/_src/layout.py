@@ -50,7 +50,16 @@ class Parallel:
     micro_batch: Sequences per micro-batch per GPU.
     zero_stage: 0 (none), 1, 2 or 3 (FSDP).
     recompute: 0 none, 1 selective, 2 full.
-    offload: 1 keeps parameters and optimizer state in host memory.
+    offload: 1 keeps parameters and optimizer state in host memory while
+      training: the optimizer step runs on the CPU (DeepSpeed ZeRO-Offload,
+      Megatron's ``optimizer_cpu_offload``) and ZeRO-3 weight shards stream
+      in for every pass.
+    swap: 1 moves the role's weights, gradients and optimizer state to host
+      memory while its pool generates and back before the role runs again
+      (veRL's FSDP ``param_offload`` / ``optimizer_offload`` and Megatron
+      ``param_offload`` / ``grad_offload``, OpenRLHF's
+      ``--deepspeed_enable_sleep``): host-link time in the switch, HBM freed
+      for the KV cache, the optimizer still on the GPU.
     vpp: Interleaved pipeline chunks per GPU (1 = plain 1F1B).
     sequence_parallel: Megatron SP with TP (static).
     flash_attention: FlashAttention-style attention core (static).
@@ -65,6 +74,7 @@ class Parallel:
   recompute: jax.Array | float = 2.0
   offload: jax.Array | float = 0.0
   vpp: jax.Array | float = 1.0
+  swap: jax.Array | float = 0.0
   sequence_parallel: bool = pytree.static_field(default=True)
   flash_attention: bool = pytree.static_field(default=True)
 
@@ -78,7 +88,7 @@ class Parallel:
                    vpp=self.vpp)
     pytree.check_positive("Parallel", micro_batch=self.micro_batch)
     for name, allowed in (("zero_stage", (0, 1, 2, 3)), ("recompute", (0, 1, 2)),
-                          ("offload", (0, 1))):
+                          ("offload", (0, 1)), ("swap", (0, 1))):
       v = getattr(self, name)
       if pytree.is_concrete(v):
         a = np.asarray(v, dtype=float)

@@ -68,22 +68,61 @@ class Mode:
       tail (RLHFuse-style).
     fuse_training: Actor and critic training share one pipeline, filling each
       other's bubbles.
+    staleness_threshold: veRL's fully-asynchronous bound on stale samples, as
+      a share of a step's batch (``async_training.staleness_threshold``); when
+      set (needs staleness >= 1) it replaces ``staleness`` as the depth of the
+      bounded queue between generator and trainer, so 0.1 lets the generator
+      run a tenth of a step ahead.
+    require_batches: Mini-batches the trainer takes per call, streaming
+      (veRL's ``async_training.require_batches``; the calls per sync,
+      ``trigger_parameter_sync_step``, follow as mini_batches /
+      require_batches so a step is the job's batch). None: one call per step
+      over the whole batch, after generation. Set, the trainer starts as soon
+      as its first call's samples exist (needs the rollout pool apart from
+      the actor's training).
+    rollout_log_probs: The engine returns the old log-probs with the samples
+      (veRL's fully-async default ``use_rollout_log_probs``), so no
+      ``old_log_prob`` pass runs on the trainer.
   """
 
   staleness: int = pytree.static_field(default=0)
   partial_rollout: bool = pytree.static_field(default=False)
   fuse_inference: bool = pytree.static_field(default=False)
   fuse_training: bool = pytree.static_field(default=False)
+  staleness_threshold: float | None = pytree.static_field(default=None)
+  require_batches: int | None = pytree.static_field(default=None)
+  rollout_log_probs: bool = pytree.static_field(default=False)
 
   def __post_init__(self):
     if not isinstance(self.staleness, int) or self.staleness < 0:
       raise ValueError(f"Mode: staleness={self.staleness!r} must be an integer >= 0")
     if self.partial_rollout and self.staleness == 0:
       raise ValueError("Mode: partial_rollout=True needs staleness >= 1 (asynchronous)")
+    t = self.staleness_threshold
+    if t is not None:
+      if not isinstance(t, (int, float)) or not t >= 0:
+        raise ValueError(f"Mode: staleness_threshold={t!r} must be a number >= 0")
+      if self.staleness == 0:
+        raise ValueError(f"Mode: staleness_threshold={t!r} needs staleness >= 1 "
+                         "(asynchronous)")
+    rb = self.require_batches
+    if rb is not None and (not isinstance(rb, int) or rb < 1):
+      raise ValueError(f"Mode: require_batches={rb!r} must be an integer >= 1")
+
+  @property
+  def queue_depth(self) -> float:
+    """Steps the generator may run ahead of the trainer (k, or the threshold)."""
+    if self.staleness_threshold is not None:
+      return float(self.staleness_threshold)
+    return float(self.staleness)
 
   @property
   def name(self) -> str:
-    parts = ["sync" if self.staleness == 0 else f"async(k={self.staleness})"]
+    parts = ["sync" if self.staleness == 0 else f"async(k={self.queue_depth:g})"]
+    if self.require_batches is not None:
+      parts.append(f"stream({self.require_batches})")
+    if self.rollout_log_probs:
+      parts.append("rollout-logp")
     if self.partial_rollout:
       parts.append("partial")
     if self.fuse_inference:
@@ -307,6 +346,14 @@ def validate(plan: Plan, job: RLJob, cluster: Cluster) -> None:
   if plan.mode.staleness > 0 and plan.shares_pool("actor"):
     raise ValueError(f"Plan: staleness={plan.mode.staleness} needs the rollout pool "
                      f"{plan.rollout_pool!r} apart from the actor's training pool")
+  rb = plan.mode.require_batches
+  if rb is not None:
+    if plan.shares_pool("actor"):
+      raise ValueError(f"Plan: require_batches={rb} (streaming) needs the rollout pool "
+                       f"{plan.rollout_pool!r} apart from the actor's training pool")
+    if job.mini_batches % rb:
+      raise ValueError(f"Plan: require_batches={rb} must divide the job's "
+                       f"mini_batches={job.mini_batches}")
   if plan.mode.fuse_training:
     a, c = plan.role("actor"), plan.role("critic")
     if c is None or a.pool != c.pool:

@@ -72,7 +72,7 @@ def dp_traffic_bytes(params, job: RLJob, zero_stage):
 
 def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cluster,
           eff: Efficiency, tau=0.0, samples=None, lm_head: bool = True,
-          global_batch=None, seq_len=None, updates=None) -> common.StageCost:
+          global_batch=None, seq_len=None, updates=None, calls=1.0) -> common.StageCost:
   """Cost of the training updates of one RL step.
 
   Args:
@@ -89,6 +89,9 @@ def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
     seq_len: Tokens per sequence (default: prompt + mean response); set for
       pre-training style validation with fixed lengths.
     updates: Optimizer updates per step (default: epochs x mini_batches).
+    calls: Calls into the trainer per step (each pays
+      ``Efficiency.train_call_overhead_s``; none for pre-training style
+      validation with ``seq_len`` set).
   """
   hw = cluster.accelerator
   n = job.samples_per_step if samples is None else jnp.asarray(samples, float)
@@ -166,7 +169,8 @@ def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
   comm_s = n_updates * per_update_comm
   bubble_s = n_updates * bubble
   overhead_s = n_updates * eff.train_overhead_s + (
-      infer_lib.batch_transfer_s(job, eff, n) if seq_len is None else 0.0)
+      infer_lib.batch_transfer_s(job, eff, n) + calls * eff.train_call_overhead_s
+      if seq_len is None else 0.0)
 
   flops = n_updates * batch * seq * 3.0 * model.forward_flops_per_token(ctx)
   work_gpu_s = flops / (hw.peak_flops_per_s * hw.matmul_efficiency_max)

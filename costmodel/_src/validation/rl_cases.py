@@ -258,24 +258,31 @@ _CACHE: dict = {}
 def inferred_means() -> dict[str, float]:
   """Mean response length inferred per group (cached)."""
   if "means" not in _CACHE:
-    _CACHE["means"] = {g: infer_mean_response(*a) for g, a in ANCHORS.items()}
+    _CACHE["means"] = {g: infer_mean_response(*a) for g, a in _anchors().items()}
   return _CACHE["means"]
 
 
 def anchor_case_labels() -> set[str]:
   """Labels of the cases used to infer a missing input (not predictions)."""
   out = set()
-  for build, key, stage in ANCHORS.values():
+  for build, key, stage in _anchors().values():
     run = next(r for r in build(1000.0) if r.key == key)
     out.add(f"{run.label}: {stage}")
   return out
 
 
+def _anchors() -> dict:
+  from costmodel._src.validation import async_cases  # pylint: disable=g-import-not-at-top
+  return {**ANCHORS, "dapo10k": async_cases.ANCHOR}
+
+
 def runs() -> list[Run]:
   """Every published RL run with a usable configuration."""
+  from costmodel._src.validation import async_cases  # pylint: disable=g-import-not-at-top
   means = inferred_means()
   return (_dapo28k_runs(means["dapo28k"]) + _one_step_off_runs(means["one_step_off"])
-          + [_dsv3_run()] + _dschat_runs())
+          + [_dsv3_run()] + _dschat_runs() + async_cases.ablation_runs(means["dapo28k"])
+          + async_cases.validate_pair_runs(means["dapo10k"]))
 
 
 _LAST: dict = {}
