@@ -139,7 +139,7 @@ def outputs(job, plan, cluster) -> dict:
           "memory_bytes": f(est.memory_bytes), "memory_limit_bytes": f(est.memory_limit_bytes),
           "pool_busy_s": f(est.pool_busy_s), "lower_bound_s": f(est.lower_bound_s),
           "mfu": f(est.mfu), "feasible": bool(np.asarray(est.feasible)),
-          "gen_concurrency": f(est.gen_concurrency)}
+          "gen_concurrency": f(est.gen_concurrency), "memory_excess": f(est.memory_excess)}
 
 
 def main(argv):

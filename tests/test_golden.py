@@ -56,6 +56,9 @@ def test_golden_estimates(index):
     assert got["stage_names"] == want["stage_names"], name
     assert got["stage_pools"] == want["stage_pools"], name
     assert got["feasible"] == want["feasible"], name
+    # Feasible exactly when no stage exceeds its memory and the engines run a sequence.
+    fits = all(v == 0.0 for v in got["memory_excess"])
+    assert got["feasible"] == (fits and got["gen_concurrency"] >= 1.0), name
     for key in _ARRAYS:
       np.testing.assert_allclose(np.asarray(got[key]), np.asarray(want[key]), rtol=1e-6,
                                  atol=1e-9, err_msg=f"{name}: {key}")

@@ -252,3 +252,132 @@ def test_dedicated_rollout_pool_gives_the_engine_more_memory(h100):
   per_token = float(gen_lib.kv_bytes_per_token_per_gpu(model, cm.Engine(tp=2.0), 2.0))
   assert kv["dedicated"] - kv["shared"] == pytest.approx(0.3 * h100.hbm_bytes / per_token,
                                                          rel=1e-5)
+
+
+# ----- colocated switching: swap to host, decoupled from CPU Adam -----------------
+
+
+def test_swapping_states_frees_memory_and_costs_host_link_time(h100):
+  model = cm.models.get("qwen2.5-7b")
+  cluster = cm.Cluster(h100, 8, 1)
+  job = _job(model, samples=8.0)
+  base = cm.Parallel(zero_stage=3.0, micro_batch=2.0)
+  kept = cm.estimate(job, cm.Plan.colocated(job, cluster, train=base), cluster)
+  swapped = cm.estimate(job, cm.Plan.colocated(job, cluster, train=base.replace(swap=1.0)),
+                        cluster)
+  i = kept.stage_names.index("generate")
+  freed = float(kept.memory_bytes[i].sum() - swapped.memory_bytes[i].sum())
+  state = kept.stage("actor_update")
+  m = np.asarray(kept.memory_bytes)[kept.stage_names.index("actor_update")]
+  actor_state = m[0] + m[2]  # weights + optimizer held by the actor's training
+  assert freed == pytest.approx(actor_state, rel=1e-5)
+  # The switch moves that state to the host and back over the host link.
+  host = h100.host_bandwidth_bytes_per_s * EFF.host_efficiency
+  extra = swapped.stage("switch")["comm_s"] - kept.stage("switch")["comm_s"]
+  assert extra == pytest.approx(2.0 * actor_state / host, rel=1e-4)
+  # Training itself is unchanged: swapping is not the CPU optimizer.
+  assert swapped.stage("actor_update")["time_s"] == pytest.approx(state["time_s"], rel=1e-6)
+  cpu_adam = cm.estimate(job, cm.Plan.colocated(job, cluster, train=base.replace(offload=1.0)),
+                         cluster)
+  assert cpu_adam.stage("actor_update")["time_s"] > state["time_s"]
+
+
+# ----- the lower bound is a bound -------------------------------------------------
+
+
+def test_lower_bound_is_below_every_plan_and_independent_of_layout_and_mode(h100):
+  model = cm.models.get("qwen2.5-1.5b")
+  cluster = cm.Cluster(h100, 8, 1)
+  job = _job(model, samples=8.0, mean=1000.0, max_len=8192.0, prompts=64.0)
+  e = cm.Engine
+  plans = [cm.Plan.colocated(job, cluster, engine=e(tp=tp)) for tp in (1.0, 2.0, 4.0)]
+  plans += [cm.Plan.split(job, cluster, g, engine=e(tp=1.0), mode=mode)
+            for g in (2, 4, 6)
+            for mode in (cm.Mode(), cm.Mode(staleness=1),
+                         cm.Mode(staleness=1, partial_rollout=True),
+                         cm.Mode(staleness=4, partial_rollout=True, rollout_log_probs=True),
+                         cm.Mode(staleness=1, staleness_threshold=0.1, partial_rollout=True))]
+  plans += [cm.Plan.colocated(job, cluster, engine=e(tp=1.0), mode=cm.Mode(fuse_inference=True),
+                              train=cm.Parallel(zero_stage=3.0, swap=1.0))]
+  ests = [cm.estimate(job, p, cluster) for p in plans]
+  bounds = {round(float(x.lower_bound_s), 9) for x in ests}
+  assert len(bounds) == 1
+  lower = bounds.pop()
+  steps = [float(x.step_time_s) for x in ests]
+  assert lower > 0 and all(lower <= s for s in steps)
+  assert lower > 0.1 * min(steps)  # a bound, not zero
+
+
+# ----- asynchronous modes ---------------------------------------------------------
+
+
+def _async_plans(job, cluster):
+  e = cm.Engine(tp=1.0)
+  return {t: cm.Plan.split(job, cluster, 4, engine=e, mode=cm.Mode(
+      staleness=1, staleness_threshold=t, partial_rollout=True, rollout_log_probs=True))
+          for t in (0.0, 0.1, 0.5, 1.0)}
+
+
+def test_deeper_queue_never_slows_the_step(h100):
+  model = cm.models.get("qwen2.5-1.5b")
+  cluster = cm.Cluster(h100, 8, 1)
+  job = _job(model, samples=8.0, mean=1000.0, max_len=16384.0, prompts=64.0)
+  steps = {t: float(cm.estimate(job, p, cluster).step_time_s)
+           for t, p in _async_plans(job, cluster).items()}
+  order = sorted(steps)
+  assert all(steps[a] >= steps[b] - 1e-6 for a, b in zip(order, order[1:], strict=False))
+  assert steps[0.0] > steps[1.0]
+
+
+def test_partial_generation_keeps_the_tail_a_shallow_queue_cannot_absorb():
+  from costmodel._src import schedule as schedule_lib  # pylint: disable=g-import-not-at-top
+  from costmodel._src.stages import common  # pylint: disable=g-import-not-at-top
+  z = jnp.zeros(())
+  gen = common.make_cost(jnp.asarray(100.0), z, z, z, z, z, z, z, common.Memory.zeros(),
+                         steady_time_s=jnp.asarray(60.0))
+  # Tail 40 s; a queue of 0.5 step absorbs 30 s of it, 1 step all of it.
+  assert float(schedule_lib.partial_generation_s(gen, 0.5)) == pytest.approx(70.0)
+  assert float(schedule_lib.partial_generation_s(gen, 1.0)) == pytest.approx(60.0)
+  assert float(schedule_lib.partial_generation_s(gen, 0.0)) == pytest.approx(100.0)
+
+
+def test_streaming_trainer_overlaps_generation_and_pays_per_call(h100):
+  model = cm.models.get("qwen2.5-7b")
+  cluster = cm.Cluster(h100, 8, 2)
+  job = cm.RLJob("grpo", model, prompts_per_step=64.0, samples_per_prompt=8.0, prompt_len=512.0,
+                 response=cm.ResponseLength.from_mean_max(1000.0, 4096.0), mini_batches=8)
+  e = cm.Engine(tp=1.0)
+  sequential = cm.estimate(job, cm.Plan.split(job, cluster, 8, engine=e), cluster)
+  streamed = {rb: cm.estimate(job, cm.Plan.split(job, cluster, 8, engine=e, mode=cm.Mode(
+      require_batches=rb)), cluster) for rb in (1, 2, 8)}
+  assert float(streamed[2].step_time_s) < float(sequential.step_time_s)
+  # More, smaller calls: each pays the trainer-call overhead.
+  upd = {rb: est.stage("actor_update")["overhead_s"] for rb, est in streamed.items()}
+  assert upd[1] - upd[8] == pytest.approx(7.0 * EFF.train_call_overhead_s, rel=1e-4)
+  with pytest.raises(ValueError, match="require_batches=3 must divide"):
+    cm.estimate(job, cm.Plan.split(job, cluster, 8, engine=e,
+                                   mode=cm.Mode(require_batches=3)), cluster)
+  with pytest.raises(ValueError, match="streaming"):
+    cm.estimate(job, cm.Plan.colocated(job, cluster, engine=e,
+                                       mode=cm.Mode(require_batches=1)), cluster)
+
+
+def test_rollout_log_probs_drop_the_old_log_prob_pass(h100):
+  model = cm.models.get("qwen2.5-7b")
+  cluster = cm.Cluster(h100, 8, 1)
+  job = _job(model)
+  plain = cm.estimate(job, cm.Plan.colocated(job, cluster), cluster)
+  engine = cm.estimate(job, cm.Plan.colocated(job, cluster, mode=cm.Mode(
+      rollout_log_probs=True)), cluster)
+  assert "old_log_prob" in plain.stage_names and "old_log_prob" not in engine.stage_names
+  assert float(engine.step_time_s) < float(plain.step_time_s)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(staleness=1, staleness_threshold=-0.1), "staleness_threshold"),
+    (dict(staleness_threshold=0.5), "staleness_threshold"),
+    (dict(require_batches=0), "require_batches"),
+])
+def test_mode_rejects_bad_async_settings(kwargs, field):
+  with pytest.raises(ValueError, match=field):
+    cm.Mode(**kwargs)

@@ -7,12 +7,13 @@ import dataclasses
 import jax
 import numpy as np
 
+from costmodel._src import algorithms
 from costmodel._src import pytree
+from costmodel._src.units import GIB
 
 PARTS = ("compute", "memory", "comm", "bubble", "overhead")
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "kv_cache",
                 "workspace")
-_GIB = float(2**30)
 
 
 @pytree.pytree_dataclass
@@ -36,13 +37,23 @@ class Estimate:
     depth_s: Stage critical path.
     memory_bytes: [stages, 7] bytes per GPU (weights, gradients, optimizer,
       activations, logits, kv_cache, workspace).
-    memory_limit_bytes: [stages] bytes per GPU available.
+    memory_limit_bytes: [stages] bytes per GPU available (the HBM of the
+      stage's pool's GPU).
+    memory_excess: [stages] how far each stage is from fitting, relative to
+      its limit: ``relu_tau(need / limit - 1)``, the generation row plus the
+      engine's own budget ``relu_tau((engine weights + workspace + one longest
+      sequence's KV) / (memory_fraction x HBM) - 1)``. Zero when the plan
+      fits; smooth for tau > 0.
     pool_gpus, pool_busy_s, pool_idle_s: Per pool.
     tokens_per_s, samples_per_s, tokens_per_s_per_gpu: Throughput.
     mfu: Model FLOPs of all stages / (step time x GPUs x peak).
-    lower_bound_s: Roofline lower bound for the step on this cluster:
-      max(total work / GPUs, generation depth).
-    feasible: Every stage fits in memory (and the concurrency is >= 1).
+    lower_bound_s: Roofline lower bound for the step of this job on these
+      GPUs, whatever the layout or mode: the work of generation, inference
+      and training at the hardware's best rates over all GPUs (never above
+      any plan's step time).
+    feasible: Every stage fits in memory and the engines run at least one
+      sequence each (concurrency >= 1); at tau = 0 the memory part is exactly
+      ``all(memory_excess == 0)``.
     gen_concurrency: Peak running sequences per engine.
     gen_decode_tokens_per_s: Decode tokens/s per engine.
     gen_tail_share: Share of decode time in the long tail.
@@ -61,6 +72,7 @@ class Estimate:
   depth_s: jax.Array = None
   memory_bytes: jax.Array = None
   memory_limit_bytes: jax.Array = None
+  memory_excess: jax.Array = None
   pool_gpus: jax.Array = None
   pool_busy_s: jax.Array = None
   pool_idle_s: jax.Array = None
@@ -99,22 +111,32 @@ class Estimate:
 
   @property
   def violations(self) -> tuple[str, ...]:
-    """Human-readable reasons why the plan does not fit (empty when feasible)."""
+    """Human-readable reasons why the plan does not fit (empty when feasible).
+
+    A stage is reported where its ``memory_excess`` is positive: over its
+    limit, or (generation) over the engine's own budget.
+    """
     mem = np.asarray(self.memory_bytes)
     lim = np.asarray(self.memory_limit_bytes)
+    excess = np.asarray(self.memory_excess)
     if mem.ndim != 2:
       raise ValueError("violations needs a single (unbatched) Estimate")
     out = []
     for i, name in enumerate(self.stage_names):
+      if not excess[i] > 0:
+        continue
       need = mem[i].sum()
-      if need > lim[i] * (1 + 1e-6):
-        parts = ", ".join(f"{p} {v / _GIB:.1f}"
+      if need > lim[i]:
+        parts = ", ".join(f"{p} {v / GIB:.1f}"
                           for p, v in zip(MEMORY_PARTS, mem[i], strict=True) if v > 0)
         out.append(f"stage {name!r} on pool {self.stage_pools[i]!r} needs "
-                   f"{need / _GIB:.1f} GiB per GPU ({parts}) but {lim[i] / _GIB:.1f} GiB "
-                   f"are available: short by {(need - lim[i]) / _GIB:.1f} GiB")
+                   f"{need / GIB:.1f} GiB per GPU ({parts}) but {lim[i] / GIB:.1f} GiB "
+                   f"are available: short by {(need - lim[i]) / GIB:.1f} GiB")
+      else:
+        out.append(f"stage {name!r}: the engine's weights, workspace and one longest "
+                   "sequence's KV cache exceed its memory_fraction of HBM")
     if not out and not bool(np.asarray(self.feasible)):
-      out.append("stage 'generate': the KV cache holds less than one sequence")
+      out.append(f"stage {algorithms.GENERATE!r}: the KV cache holds less than one sequence")
     return tuple(out)
 
   def summary(self) -> str:
@@ -134,8 +156,8 @@ class Estimate:
              "",
              f"{'stage':<14}{'pool':<8}{'start':>8}{'end':>8}{'time':>8}"
              + "".join(f"{p:>9}" for p in PARTS) + f"{'mem GiB':>9}{'limit':>7}"]
-    mem = np.asarray(self.memory_bytes).sum(-1) / _GIB
-    lim = np.asarray(self.memory_limit_bytes) / _GIB
+    mem = np.asarray(self.memory_bytes).sum(-1) / GIB
+    lim = np.asarray(self.memory_limit_bytes) / GIB
     for i, name in enumerate(self.stage_names):
       lines.append(
           f"{name:<14}{self.stage_pools[i]:<8}{float(self.start_s[i]):>8.1f}"

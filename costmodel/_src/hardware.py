@@ -10,12 +10,9 @@ from __future__ import annotations
 import dataclasses
 
 from costmodel._src import pytree
-
-TERA = 1e12
-GIGA = 1e9
-# Memory capacities: the marketed "80 GB", "141 GB" parts expose about that many
-# GiB (nvidia-smi: 81,559 MiB on H100, 143,771 MiB on H200, ~179 GB on B200).
-GIB = float(2**30)
+from costmodel._src.units import GIB
+from costmodel._src.units import GIGA
+from costmodel._src.units import TERA
 
 
 @pytree.pytree_dataclass

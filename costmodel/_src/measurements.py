@@ -8,7 +8,9 @@ Two kinds of measurement feed the cost model:
   reduced to steady-state medians with `steady_state`.
 
 veRL logs one flat metrics dict per training step. The stage times are the keys
-``timing_s/<stage>`` and map to the canonical stage names of `STAGE_NAMES`:
+``timing_s/<stage>`` and map to the canonical stage names of `STAGE_NAMES`
+(the estimate stages each one times are in
+`costmodel._src.algorithms.VERL_LOG_STAGES`):
 
 =============================  ==================
 log key                        stage
@@ -77,23 +79,16 @@ import types
 
 import numpy as np
 
-STAGE_NAMES: tuple[str, ...] = (
-    "gen",
-    "ref",
-    "old_log_prob",
-    "values",
-    "reward",
-    "adv",
-    "update_actor",
-    "update_critic",
-    "update_weights",
-    "step",
-)
-"""Canonical stage keys of `StageTimes.times_s`, in pipeline order."""
+from costmodel._src import algorithms
+
+STAGE_NAMES: tuple[str, ...] = tuple(algorithms.VERL_LOG_STAGES)
+"""Canonical stage keys of `StageTimes.times_s`, in pipeline order (veRL's own
+names; `costmodel._src.algorithms.VERL_LOG_STAGES` maps each to the estimate's
+stages)."""
 
 _VERL_KEYS: dict[str, str] = {f"timing_s/{stage}": stage for stage in STAGE_NAMES}
-_VERL_KEYS["timing_s/reshard"] = "update_weights"
-_VERL_KEYS["timing_s/sync_weights"] = "update_weights"
+_VERL_KEYS.update({f"timing_s/{alias}": stage
+                   for alias, stage in algorithms.VERL_LOG_ALIASES.items()})
 
 _STEP_KEYS: tuple[str, ...] = ("step", "training/global_step", "_step", "Step")
 

@@ -13,6 +13,7 @@ import dataclasses
 
 import numpy as np
 
+from costmodel._src import hardware as hw_lib
 from costmodel._src import pytree
 from costmodel._src.cluster import Cluster
 from costmodel._src.job import RLJob
@@ -26,10 +27,27 @@ ROLES = ("actor", "reference", "critic", "reward")
 
 @pytree.pytree_dataclass
 class Pool:
-  """A named group of GPUs."""
+  """A named group of GPUs.
+
+  Attributes:
+    name: Pool name.
+    gpus: GPUs in the pool.
+    accelerator: The pool's GPU (a :class:`Hardware` or a preset name); None
+      means the cluster's. Pools naming different accelerators make a mixed
+      cluster: each stage is timed and its memory checked on its pool's GPU.
+  """
 
   name: str = pytree.static_field()
   gpus: float = 8.0
+  accelerator: hw_lib.Hardware | None = None
+
+  def __post_init__(self):
+    if isinstance(self.accelerator, str):
+      object.__setattr__(self, "accelerator", hw_lib.get(self.accelerator))
+
+  def device(self, cluster: Cluster) -> hw_lib.Hardware:
+    """The pool's accelerator: its own, else the cluster's."""
+    return self.accelerator if self.accelerator is not None else cluster.accelerator
 
 
 @pytree.pytree_dataclass
@@ -284,6 +302,10 @@ def validate(plan: Plan, job: RLJob, cluster: Cluster) -> None:
   names = [p.name for p in plan.pools]
   if len(set(names)) != len(names):
     raise ValueError(f"Plan: pool names {names} must be unique")
+  for p in plan.pools:
+    if p.accelerator is not None and not isinstance(p.accelerator, hw_lib.Hardware):
+      raise ValueError(f"Plan: pool {p.name!r} accelerator={p.accelerator!r} must be a "
+                       "Hardware, a preset name or None (the cluster's)")
   sizes = {p.name: _int(p.gpus) for p in plan.pools}
   if all(v is not None for v in sizes.values()):
     for name, v in sizes.items():

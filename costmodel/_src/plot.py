@@ -17,16 +17,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from costmodel._src import algorithms
 from costmodel._src.estimate import MEMORY_PARTS
 from costmodel._src.estimate import PARTS
 from costmodel._src.estimate import Estimate
 from costmodel._src.hardware import Hardware
+from costmodel._src.units import GIB
+from costmodel._src.units import TERA
 
-_GIB = float(2**30)
-_TERA = 1e12
 # Stage colours stay the same across figures and plans.
-_STAGE_ORDER = ("generate", "switch", "reward", "reference", "old_log_prob", "values",
-                "critic_update", "actor_update", "weight_sync")
+_STAGE_ORDER = algorithms.STAGE_NAMES
 _LABEL_MAX = 20  # error_plot annotates points when there are at most this many
 _CHARS_PER_AXES = 110  # characters of 8 pt text across the timeline's axes
 
@@ -94,7 +94,8 @@ def timeline(estimate: Estimate, ax=None):
   end = np.asarray(estimate.end_s, float)
   step = float(estimate.step_time_s)
   names, pools = estimate.stage_names, estimate.stage_pools
-  rows = list(estimate.pool_names) + (["cpu"] if "cpu" in pools else [])
+  cpu = algorithms.CPU_POOL
+  rows = list(estimate.pool_names) + ([cpu] if cpu in pools else [])
   gpus = dict(zip(estimate.pool_names, np.asarray(estimate.pool_gpus, float), strict=True))
   colors = _stage_colors(names)
   fig, ax = _new_axes(ax, (10, 1.2 + 0.7 * len(rows)))
@@ -109,12 +110,13 @@ def timeline(estimate: Estimate, ax=None):
       if width / span * _CHARS_PER_AXES >= max(map(len, text.split("\n"))) + 1:
         ax.text(start[i] + width / 2, y, text, ha="center", va="center", fontsize=8)
         break
-  if estimate.mode.startswith("sync") and "weight_sync" in names and "generate" in names:
-    i = names.index("weight_sync")
-    rollout = pools[names.index("generate")]
+  sync, gen = algorithms.WEIGHT_SYNC, algorithms.GENERATE
+  if estimate.mode.startswith("sync") and sync in names and gen in names:
+    i = names.index(sync)
+    rollout = pools[names.index(gen)]
     if pools[i] != rollout:
       ax.barh(rows.index(rollout), end[i] - start[i], left=start[i], height=0.6,
-              color=colors["weight_sync"], edgecolor="black", linewidth=0.5, hatch="//",
+              color=colors[sync], edgecolor="black", linewidth=0.5, hatch="//",
               alpha=0.6)
   ax.axvline(step, color="black", linestyle="--", linewidth=1.2, label=f"step {step:.1f} s")
   ax.set_yticks(range(len(rows)))
@@ -149,9 +151,9 @@ def memory(estimate: Estimate, ax=None):
     ValueError: for a batched or traced estimate.
   """
   _check_estimate(estimate)
-  idx = [i for i, p in enumerate(estimate.stage_pools) if p != "cpu"]
-  mem = np.asarray(estimate.memory_bytes, float)[idx] / _GIB
-  limit = np.asarray(estimate.memory_limit_bytes, float)[idx] / _GIB
+  idx = [i for i, p in enumerate(estimate.stage_pools) if p != algorithms.CPU_POOL]
+  mem = np.asarray(estimate.memory_bytes, float)[idx] / GIB
+  limit = np.asarray(estimate.memory_limit_bytes, float)[idx] / GIB
   over = mem.sum(-1) > limit * (1 + 1e-6)
   fig, ax = _new_axes(ax, (max(6.0, 1.1 * len(idx) + 2.5), 4.5))
   x = np.arange(len(idx))
@@ -269,15 +271,15 @@ def roofline(hardware: Hardware, points=(), ax=None):
                                  (peak_eff, bw_eff, "-", "best measured efficiency")):
     r = p_s / b_s
     x = np.array([lo, r, hi])
-    ax.plot(x, np.minimum(p_s, x * b_s) / _TERA, style, color="black", linewidth=1.5,
-            label=f"{label}: {p_s / _TERA:,.0f} TFLOP/s, {b_s / 1e9:,.0f} GB/s")
+    ax.plot(x, np.minimum(p_s, x * b_s) / TERA, style, color="black", linewidth=1.5,
+            label=f"{label}: {p_s / TERA:,.0f} TFLOP/s, {b_s / 1e9:,.0f} GB/s")
   colors = _palette(max(len(pts), 1))
   for k, (label, i_fb, rate) in enumerate(pts):
-    ax.scatter([i_fb], [rate / _TERA], color=colors[k], s=40, zorder=3, label=label)
+    ax.scatter([i_fb], [rate / TERA], color=colors[k], s=40, zorder=3, label=label)
     # Labels of points within 0.1 decade of each other stack downwards.
     near = sum(abs(np.log10(i_fb / q[1])) < 0.1 and abs(np.log10(rate / q[2])) < 0.1
                for q in pts[:k])
-    ax.annotate(label, (i_fb, rate / _TERA), textcoords="offset points",
+    ax.annotate(label, (i_fb, rate / TERA), textcoords="offset points",
                 xytext=(6, -12 * (near + 1)), fontsize=8, color=colors[k])
   ax.set_xscale("log")
   ax.set_yscale("log")

@@ -17,6 +17,7 @@ from costmodel._src.efficiency import Efficiency
 from costmodel._src.job import RLJob
 from costmodel._src.stages import common
 from costmodel._src.stages import generate as gen_lib
+from costmodel._src.stages import registry
 
 
 def _running_context(job: RLJob):
@@ -74,34 +75,37 @@ def roofline_points(job: RLJob, plan: plan_lib.Plan, cluster: Cluster,
   kv = mb * ctx * gen_lib.kv_bytes_per_token_per_gpu(job.actor, e, job.kv_bytes)
   flops = float(e.pp) * float(w.matmul_flops + w.attention_flops)
   nbytes = float(e.pp) * float(w.weight_bytes + kv + w.activation_bytes)
-  parts = gen_lib.decode_round(job.actor, job, e, cluster, eff, conc, ctx)
-  t = float(sum(parts)) + float(gen_lib.step_overhead_s(job.actor, e, cluster, eff, conc))
+  devices = registry.pool_devices(plan, cluster)
+  gen_cluster = registry.on_device(cluster, devices[plan.rollout_pool])
+  parts = gen_lib.decode_round(job.actor, job, e, gen_cluster, eff, conc, ctx)
+  t = float(sum(parts)) + float(gen_lib.step_overhead_s(job.actor, e, gen_cluster, eff, conc))
   out.append(("generate (decode)", flops / nbytes, flops / t))
   # One micro-batch of each inference and training stage.
   seq = float(job.prompt_len) + float(job.response.mean)
   for st in algorithms.stage_graph(job):
-    if st.kind not in ("infer", "train"):
+    if st.kind not in (algorithms.INFER, algorithms.TRAIN):
       continue
     r = plan.role(st.role)
-    layout = r.train if st.kind == "train" else r.infer_layout
+    layout = r.train if st.kind == algorithms.TRAIN else r.infer_layout
     model = plan_lib.role_model(job, st.role)
     tp, pp, cp = float(layout.tp), float(layout.pp), float(layout.cp)
     dp = gpus[r.pool] / (tp * pp * cp)
     per_rank = float(job.samples_per_step) / dp
-    if st.kind == "train":
+    if st.kind == algorithms.TRAIN:
       per_rank /= job.mini_batches
     m = max(np.ceil(per_rank / float(layout.micro_batch) - 1e-9), 1.0)
-    lm_head = st.role in ("actor", "reference") if st.kind == "infer" else st.role == "actor"
+    lm_head = registry.has_lm_head(st)
     work = layers.forward_work(model, per_rank / m * seq, 0.5 * seq, tp=tp, pp=pp, cp=cp,
                                ep=layout.ep, param_bytes=job.param_bytes, lm_head=lm_head,
                                sequence_parallel=layout.sequence_parallel,
                                flash_attention=layout.flash_attention)
-    if st.kind == "train":
+    if st.kind == algorithms.TRAIN:
       full = float(layout.recompute) >= 2
       mult, coll, ce = 3.0 + full, 2.0 + full, eff.train_efficiency
     else:
       mult, coll, ce = 1.0, 1.0, 1.0
-    pt = common.pass_time(work, mult, cluster, eff, tp, cp, layout.ep, 0.0,
+    pool_cluster = registry.on_device(cluster, devices[r.pool])
+    pt = common.pass_time(work, mult, pool_cluster, eff, tp, cp, layout.ep, 0.0,
                           collective_multiplier=coll, compute_efficiency=ce)
     flops = mult * float(work.matmul_flops + work.attention_flops)
     nbytes = mult * float(work.weight_bytes + work.activation_bytes)

@@ -82,6 +82,23 @@ def relu(x: jax.Array, scale: jax.Array | float, tau: jax.Array | float = 0.0) -
   return jnp.where(on, soft, jnp.maximum(x, 0.0))
 
 
+def relu_flat(x: jax.Array, scale: jax.Array | float, tau: jax.Array | float = 0.0) -> jax.Array:
+  """``max(x, 0)``; when tau > 0 a surrogate that stays exactly 0 for x <= 0.
+
+  For a penalty that must vanish where its constraint holds (a plan that fits
+  has no memory excess at any temperature): ``x^2 / (2 w)`` up to the width
+  ``w = tau * scale``, then ``x - w / 2``. Value and gradient are continuous,
+  the gradient finite everywhere.
+  """
+  x = jnp.asarray(x, dtype=jnp.result_type(x, float))
+  on = jnp.asarray(tau) > 0
+  w = jnp.where(on, jnp.asarray(tau, x.dtype) * jnp.asarray(scale, x.dtype), 1.0)
+  w = jnp.maximum(w, _TINY)
+  pos = jnp.maximum(x, 0.0)
+  soft = jnp.where(pos < w, 0.5 * pos**2 / w, pos - 0.5 * w)
+  return jnp.where(on, soft, pos)
+
+
 def ceil(x: jax.Array, tau: jax.Array | float = 0.0) -> jax.Array:
   """``ceil(x)`` for x > 0; in relaxed mode ``max(x, 1)`` smoothed.
 

@@ -47,7 +47,6 @@ import numpy as np
 
 import costmodel as cm
 from costmodel._src.plan import required_roles
-from costmodel._src.stages import generate as gen_lib
 
 FAMILIES = ("colocated", "split", "split_async", "split_async_partial", "split3")
 
@@ -623,22 +622,13 @@ def memory_excess(structure: Structure, v: jax.Array, est: cm.Estimate, job: cm.
                   cluster: cm.Cluster) -> jax.Array:
   """How far a plan is from fitting in memory, relative to the limits.
 
-  ``sum over stages relu(need / limit - 1)`` plus the engine's own budget:
-  ``relu((weights + workspace + one longest sequence's KV) / (fraction x HBM)
-  - 1)`` (the condition behind ``Estimate.feasible`` that the per-stage rows
-  do not show).
+  The sum over stages of ``Estimate.memory_excess`` (each stage's
+  ``relu_tau(need / limit - 1)``, the generation row with the engine's own
+  budget): zero when the plan fits, smooth at tau > 0. ``structure``, ``v``,
+  ``job`` and ``cluster`` are not needed; they stay for the callers.
   """
-  need = est.memory_bytes.sum(-1)
-  limit = est.memory_limit_bytes
-  stages = jnp.sum(jax.nn.relu(need / limit - 1.0))
-  g = est.stage_names.index("generate")
-  plan = structure.to_plan(v)
-  hbm = cluster.accelerator.hbm_bytes
-  min_kv = (jnp.asarray(job.prompt_len, float) + job.response.max) * \
-      gen_lib.kv_bytes_per_token_per_gpu(job.actor, plan.engine, job.kv_bytes)
-  engine_need = est.memory_bytes[g, 0] + est.memory_bytes[g, 6] + min_kv
-  engine = jax.nn.relu(engine_need / (plan.engine.memory_fraction * hbm) - 1.0)
-  return stages + engine
+  del structure, v, job, cluster
+  return jnp.sum(est.memory_excess, axis=-1)
 
 
 def layout_violation(structure: Structure, v: jax.Array) -> jax.Array:

@@ -50,6 +50,7 @@ from costmodel._src import collectives
 from costmodel._src import smooth
 from costmodel._src.cluster import Cluster
 from costmodel._src.efficiency import Efficiency
+from costmodel._src.hardware import Hardware
 from costmodel._src.job import RLJob
 from costmodel._src.layout import Engine
 from costmodel._src.layout import Parallel
@@ -57,9 +58,19 @@ from costmodel._src.model import ModelSpec
 from costmodel._src.stages import common
 
 
+def nic_link(sender: Hardware, receiver: Hardware, eff: Efficiency):
+  """``(bytes/s, latency_s)`` of one NIC-to-NIC path between two pools' GPUs:
+  the slower side's achieved NIC bandwidth and the longer latency."""
+  send = sender.scaleout_bandwidth_bytes_per_s * sender.scaleout_efficiency
+  recv = receiver.scaleout_bandwidth_bytes_per_s * receiver.scaleout_efficiency
+  return (jnp.minimum(send, recv) * eff.link_efficiency,
+          jnp.maximum(sender.scaleout_latency_s, receiver.scaleout_latency_s))
+
+
 def weight_sync(model: ModelSpec, job: RLJob, train_layout: Parallel, train_gpus,
                 engine: Engine, gen_gpus, colocated: bool, cluster: Cluster,
-                eff: Efficiency, tau=0.0) -> common.StageCost:
+                eff: Efficiency, tau=0.0, gen_device: Hardware | None = None
+                ) -> common.StageCost:
   """Cost of one weight sync of the policy into the rollout engines.
 
   Args:
@@ -73,12 +84,15 @@ def weight_sync(model: ModelSpec, job: RLJob, train_layout: Parallel, train_gpus
     cluster: The cluster.
     eff: Efficiency parameters.
     tau: Smoothing temperature.
+    gen_device: The rollout pool's GPU when it differs from the training
+      pool's (``cluster.accelerator``); a disaggregated sync runs at the
+      slower side's NICs.
   """
   hw = cluster.accelerator
   total_bytes = float(model.total_params) * job.param_bytes
   engine_shard = total_bytes / (engine.tp * engine.pp)
   move_s = backend_move_s(model, job, train_layout, train_gpus, engine, gen_gpus, colocated,
-                          cluster, eff, tau)
+                          cluster, eff, tau, gen_device)
   overhead = eff.sync_overhead_s + backend_overhead_s(model, job, engine, eff, colocated)
   memory = common.Memory.zeros()._replace(weights=engine_shard)
   work = total_bytes / (hw.scaleout_bandwidth_bytes_per_s if not colocated
@@ -90,8 +104,11 @@ def weight_sync(model: ModelSpec, job: RLJob, train_layout: Parallel, train_gpus
 
 def backend_move_s(model: ModelSpec, job: RLJob, train_layout: Parallel, train_gpus,
                    engine: Engine, gen_gpus, colocated: bool, cluster: Cluster,
-                   eff: Efficiency, tau=0.0):
-  """Seconds the weight bytes take on the links, by ``engine.sync_backend``."""
+                   eff: Efficiency, tau=0.0, gen_device: Hardware | None = None):
+  """Seconds the weight bytes take on the links, by ``engine.sync_backend``.
+
+  Disaggregated transfers run at the slower side's NICs (:func:`nic_link`).
+  """
   hw = cluster.accelerator
   total_bytes = float(model.total_params) * job.param_bytes
   train_model_parallel = train_layout.tp * train_layout.pp * train_layout.ep
@@ -107,8 +124,8 @@ def backend_move_s(model: ModelSpec, job: RLJob, train_layout: Parallel, train_g
     # the engine's naming and layout; PP stages in parallel), then a
     # pipelined broadcast sends each full tensor to every engine GPU.
     export_s = total_bytes / (train_layout.pp * eff.sync_export_bytes_per_s)
-    return export_s + _link_time(total_bytes, train_gpus + gen_gpus, cluster, eff)
-  nic = hw.scaleout_bandwidth_bytes_per_s * hw.scaleout_efficiency * eff.link_efficiency
+    return export_s + _link_time(total_bytes, train_gpus + gen_gpus, cluster, eff, gen_device)
+  nic, latency_s = nic_link(hw, hw if gen_device is None else gen_device, eff)
   senders = train_gpus / jnp.where(train_layout.zero_stage >= 3, 1.0,
                                    train_gpus / train_model_parallel)
   links = jnp.minimum(senders, gen_gpus)
@@ -120,18 +137,21 @@ def backend_move_s(model: ModelSpec, job: RLJob, train_layout: Parallel, train_g
   bulk = mlp * job.param_bytes
   misc = total_bytes - bulk
   return smooth.smax(bulk / (links * nic), bulk / (engine.tp * engine.pp) / nic, tau) + \
-      misc / nic + hw.scaleout_latency_s
+      misc / nic + latency_s
 
 
-def _link_time(nbytes, gpus, cluster: Cluster, eff: Efficiency):
+def _link_time(nbytes, gpus, cluster: Cluster, eff: Efficiency,
+               gen_device: Hardware | None = None):
   """A point-to-point stream: over NVLink when both pools fit in one scale-up
-  domain, else over the NIC."""
+  domain (and one GPU type), else over the slower side's NIC."""
   hw = cluster.accelerator
-  nic = hw.scaleout_bandwidth_bytes_per_s * hw.scaleout_efficiency
-  nvl = hw.scaleup_bandwidth_bytes_per_s * hw.scaleup_efficiency
+  nic, nic_latency_s = nic_link(hw, hw if gen_device is None else gen_device, eff)
+  nvl = hw.scaleup_bandwidth_bytes_per_s * hw.scaleup_efficiency * eff.link_efficiency
   inside = jnp.asarray(gpus, float) <= cluster.scaleup_domain
-  bw = jnp.where(inside, nvl, nic) * eff.link_efficiency
-  return nbytes / bw + jnp.where(inside, hw.scaleup_latency_s, hw.scaleout_latency_s)
+  if gen_device is not None and gen_device.name != hw.name:
+    inside = jnp.zeros((), bool)
+  return nbytes / jnp.where(inside, nvl, nic) + jnp.where(inside, hw.scaleup_latency_s,
+                                                          nic_latency_s)
 
 
 def backend_overhead_s(model: ModelSpec, job: RLJob, engine: Engine, eff: Efficiency,

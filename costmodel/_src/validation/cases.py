@@ -30,6 +30,7 @@ from costmodel._src.layout import Parallel
 from costmodel._src.model import ModelSpec
 from costmodel._src.stages import generate as gen_lib
 from costmodel._src.stages import train as train_lib
+from costmodel._src.units import GIB
 
 
 class Case(NamedTuple):
@@ -53,9 +54,6 @@ class Case(NamedTuple):
   unit: str
   predict: Callable[[Efficiency], jnp.ndarray]
   note: str = ""
-
-
-GIB = float(2**30)
 
 
 def _gpt(name: str, layers_: int, hidden: int, heads: int, vocab: int = 51200) -> ModelSpec:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 import os
 
+from costmodel._src import algorithms
 from costmodel._src import measurements
 from costmodel._src.cluster import Cluster
 from costmodel._src.efficiency import Efficiency
@@ -19,18 +20,6 @@ from costmodel._src.plan import Plan
 from costmodel._src.validation.cases import Case
 from costmodel._src.validation.rl_cases import _sum_stages
 from costmodel._src.validation.rl_cases import shared_estimate
-
-# veRL log stage -> estimate stages. In a colocated (hybrid-engine) run,
-# ``timing_s/gen`` covers the engine wake-up and the weight reshard too.
-LOG_STAGES = {
-    "ref": ("reference",),
-    "old_log_prob": ("old_log_prob",),
-    "values": ("values",),
-    "reward": ("reward",),
-    "update_actor": ("actor_update",),
-    "update_critic": ("critic_update",),
-    "update_weights": ("weight_sync",),
-}
 
 
 def verl_log_cases(log: str | os.PathLike | Sequence[measurements.StageTimes], job: RLJob,
@@ -49,10 +38,7 @@ def verl_log_cases(log: str | os.PathLike | Sequence[measurements.StageTimes], j
   records = measurements.read_verl_log(log) if isinstance(log, (str, os.PathLike)) else log
   medians = measurements.steady_state(records, skip=skip)
   colocated = plan.shares_pool("actor")
-  mapping = dict(LOG_STAGES)
-  mapping["gen"] = ("generate", "switch", "weight_sync") if colocated else ("generate",)
-  if colocated and "update_weights" in medians:
-    mapping["gen"] = ("generate", "switch")
+  mapping = algorithms.verl_log_stages(colocated, "update_weights" in medians)
   cases = []
   for stage, value in medians.items():
     if stage == "step":

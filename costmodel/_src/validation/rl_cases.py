@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
+from costmodel._src import algorithms
 from costmodel._src import hardware as hw_lib
 from costmodel._src import model_presets
 from costmodel._src.cluster import Cluster
@@ -52,13 +53,9 @@ VERL_DSV3 = ("volcengine/verl@b178a3c docs/perf/dpsk.md, "
 DS_CHAT = ("deepspeedai/DeepSpeedExamples@45b4b71 applications/DeepSpeed-Chat README.md, "
            "training/step3_rlhf_finetuning/BenckmarkSetting.md")
 
-# veRL stage names -> estimate stage names.
-VERL_STAGES = {
-    "gen": ("generate", "switch", "weight_sync"),
-    "old_log_prob": ("old_log_prob",),
-    "ref": ("reference",),
-    "update_actor": ("actor_update",),
-}
+# veRL stage names -> estimate stage names (the published runs are colocated and time
+# the weight reshard inside ``gen``).
+VERL_STAGES = algorithms.verl_log_stages(colocated=True, times_weight_sync=False)
 
 
 class Run(NamedTuple):
@@ -112,9 +109,11 @@ def _dapo28k_runs(mean: float) -> list[Run]:
     job = _dapo7b_job(28672.0, 16.0, mean)
     cluster = h20_cluster(gpus)
     train = _fsdp(job, 4.0, 61440.0)
-    # Colocated: actor parameters and optimizer offloaded, as in veRL's
-    # colocated DAPO scripts (one_step_off_policy/shell/*_colocate.sh).
-    colocated_train = train.replace(offload=1.0)
+    # Colocated: actor parameters and optimizer swapped to the host between
+    # stages, as in veRL's colocated DAPO scripts
+    # (one_step_off_policy/shell/*_colocate.sh: FSDP param_offload and
+    # optimizer_offload, the optimizer step on the GPU).
+    colocated_train = train.replace(swap=1.0)
     engine = Engine(tp=4.0, memory_fraction=0.8, max_seqs=1024.0)
     out.append(Run(f"verl-dapo7b-colocated-{gpus}", f"veRL DAPO 7B colocated, {gpus} H20",
                    job, Plan.colocated(job, cluster, train=colocated_train, engine=engine),
@@ -127,12 +126,15 @@ def _dapo28k_runs(mean: float) -> list[Run]:
     staleness_plan = Plan(
         pools=(Pool("gen", float(half)), Pool("train", float(half))),
         roles=(RolePlan("actor", "train", train=train),),
-        engine=engine, rollout_pool="gen", mode=Mode(staleness=1, partial_rollout=True))
+        engine=engine, rollout_pool="gen",
+        mode=Mode(staleness=1, staleness_threshold=0.5, partial_rollout=True, require_batches=4,
+                  rollout_log_probs=True))
     out.append(Run(f"verl-dapo7b-async-{gpus}", f"veRL DAPO 7B fully async {half}+{half} H20",
                    job, staleness_plan, cluster, a_step, {"update_actor": a_upd},
                    (f"rl:{ids[gpus][1]}",), VERL_FULLY_ASYNC,
-                   f"mean response {mean:.0f} (inferred); staleness 0.1-0.5 with partial "
-                   "rollouts modelled as one-step-off with partial rollouts"))
+                   f"mean response {mean:.0f} (inferred); the doc's settings: staleness "
+                   "threshold 0.5, partial rollouts, require_batches 4, trigger_parameter_"
+                   "sync_step 4, old log-probs from the rollout"))
   return out
 
 
@@ -151,11 +153,12 @@ def _one_step_off_runs(mean: float) -> list[Run]:
     job = _dapo7b_job(8192.0, samples, mean)
     cluster = h20_cluster(16)
     if megatron:
+      # Megatron param/grad/optimizer offload: swapped between stages.
       train = Parallel(tp=2.0, pp=2.0, micro_batch=2.0, zero_stage=1.0, recompute=2.0,
-                       offload=1.0 if colocated else 0.0)
+                       swap=1.0 if colocated else 0.0)
       infer = train.replace(micro_batch=4.0)
     else:
-      train = _fsdp(job, 4.0, 20480.0, offload=1.0 if colocated else 0.0)
+      train = _fsdp(job, 4.0, 20480.0).replace(swap=1.0 if colocated else 0.0)
       infer = _fsdp(job, 4.0, 30720.0)
     engine = Engine(tp=2.0, memory_fraction=0.8, max_seqs=1024.0)
     if colocated:
@@ -206,8 +209,10 @@ def _dsv3_run() -> Run:
   job = RLJob("grpo", dsv3, prompts_per_step=96.0, samples_per_prompt=8.0, prompt_len=256.0,
               response=ResponseLength.from_mean_max(1960.0, 9632.0), mini_batches=3)
   cluster = h20_cluster(96)
+  # optimizer_cpu_offload with fraction 1 (Megatron's CPU Adam) and
+  # param/grad offload between stages.
   train = Parallel(tp=8.0, pp=12.0, ep=8.0, micro_batch=4.0, zero_stage=1.0, recompute=2.0,
-                   offload=1.0)
+                   offload=1.0, swap=1.0)
   engine = Engine(tp=32.0, memory_fraction=0.6, max_seqs=1024.0, cuda_graphs=False)
   return Run("verl-dsv3-96", "veRL GRPO DeepSeek-V3 671B colocated, 96 H20", job,
              Plan.colocated(job, cluster, train=train, engine=engine), cluster, 1700.0,
