@@ -101,6 +101,11 @@ class Mode:
     rollout_log_probs: The engine returns the old log-probs with the samples
       (veRL's fully-async default ``use_rollout_log_probs``), so no
       ``old_log_prob`` pass runs on the trainer.
+    single_controller: Batches move between roles through one controller
+      process (veRL, OpenRLHF and NeMo-RL on Ray): every stage hands its
+      batch off (``Efficiency.batch_transfer_bytes_per_s``) and every trainer
+      call is a remote call (``train_call_overhead_s``). False for SPMD
+      frameworks (DeepSpeed-Chat), where each rank keeps its own shard.
   """
 
   staleness: int = pytree.static_field(default=0)
@@ -110,6 +115,7 @@ class Mode:
   staleness_threshold: float | None = pytree.static_field(default=None)
   require_batches: int | None = pytree.static_field(default=None)
   rollout_log_probs: bool = pytree.static_field(default=False)
+  single_controller: bool = pytree.static_field(default=True)
 
   def __post_init__(self):
     if not isinstance(self.staleness, int) or self.staleness < 0:

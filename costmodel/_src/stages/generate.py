@@ -154,7 +154,8 @@ def prefill(model, job, engine, cluster, eff, tokens, prompt, tau=0.0):
 
 
 def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: Cluster,
-             eff: Efficiency, tau=0.0, samples=None) -> common.StageCost:
+             eff: Efficiency, tau=0.0, samples=None, controller: bool = True
+             ) -> common.StageCost:
   """Cost of generating one step's responses on ``pool_gpus`` GPUs.
 
   Args:
@@ -166,6 +167,8 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
     eff: Efficiency parameters.
     tau: Smoothing temperature (0 = exact).
     samples: Sequences to generate (default: the job's generated samples).
+    controller: The rollouts go back through a single controller (the
+      hand-off of :func:`infer.batch_transfer_s` in the overhead).
 
   Returns:
     A :class:`StageCost`. ``extras`` holds ``replicas``, ``concurrency``
@@ -228,7 +231,7 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
   compute_s = tail_parts[0] + queue_parts[0] + pr.compute_s
   memory_s = tail_parts[1] + queue_parts[1] + pr.memory_s
   comm_s = tail_parts[2] + queue_parts[2] + p_comm
-  transfer_s = infer_lib.batch_transfer_s(job, eff, n_seq)
+  transfer_s = infer_lib.batch_transfer_s(job, eff, n_seq) if controller else 0.0
   overhead_s = tail_parts[3] + queue_parts[3] + eff.generate_overhead_s + transfer_s
   decode_s = sum(tail_parts) + sum(queue_parts)
   tokens_r = n_r * mean_resp

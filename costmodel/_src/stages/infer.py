@@ -72,7 +72,8 @@ def weight_shard(model: ModelSpec, layout: Parallel, dp):
 
 
 def infer(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cluster,
-          eff: Efficiency, tau=0.0, samples=None, lm_head: bool = True) -> common.StageCost:
+          eff: Efficiency, tau=0.0, samples=None, lm_head: bool = True,
+          controller: bool = True) -> common.StageCost:
   """Cost of one forward pass over the step's samples.
 
   Args:
@@ -85,6 +86,8 @@ def infer(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
     tau: Smoothing temperature.
     samples: Samples to score (default: the job's samples per step).
     lm_head: False for value and reward heads (one output per token).
+    controller: The batch arrives through a single controller
+      (:func:`batch_transfer_s` in the overhead).
   """
   hw = cluster.accelerator
   n = job.samples_per_step if samples is None else jnp.asarray(samples, float)
@@ -110,7 +113,7 @@ def infer(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
   memory_s = m * pt.memory_s
   comm_s = m * (pt.comm_s + gather_exposed)
   bubble_s = (layout.pp - 1.0) * stage_s
-  overhead_s = eff.infer_overhead_s + batch_transfer_s(job, eff, n)
+  overhead_s = eff.infer_overhead_s + (batch_transfer_s(job, eff, n) if controller else 0.0)
   flops = n * seq * model.forward_flops_per_token(ctx)
   work_gpu_s = flops / (hw.peak_flops_per_s * hw.matmul_efficiency_max)
   depth_s = layout.pp * stage_s  # one micro-batch through every stage

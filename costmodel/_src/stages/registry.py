@@ -53,6 +53,8 @@ class StageContext(NamedTuple):
     offload_bytes: Training bytes per GPU moved to the host and back (the switch).
     calls: Calls into the trainer per step (a training stage; more than one
       when the trainer streams, ``Mode.require_batches``).
+    controller: Batches move through a single controller
+      (``Mode.single_controller``).
   """
 
   cluster: Cluster
@@ -65,6 +67,7 @@ class StageContext(NamedTuple):
   resident_bytes: Any = 0.0
   offload_bytes: Any = 0.0
   calls: float = 1.0
+  controller: bool = True
 
 
 StageFn = Callable[[ModelSpec, Any, Hardware, RLJob, Efficiency, Any, StageContext],
@@ -78,17 +81,18 @@ def on_device(cluster: Cluster, device: Hardware) -> Cluster:
 
 def _generate(model, layout, device, job, eff, tau, ctx):
   return gen_lib.generate(model, job, layout, ctx.pool_gpus, on_device(ctx.cluster, device),
-                          eff, tau)
+                          eff, tau, controller=ctx.controller)
 
 
 def _infer(model, layout, device, job, eff, tau, ctx):
   return infer_lib.infer(model, job, layout, ctx.pool_gpus, on_device(ctx.cluster, device),
-                         eff, tau, lm_head=ctx.lm_head)
+                         eff, tau, lm_head=ctx.lm_head, controller=ctx.controller)
 
 
 def _train(model, layout, device, job, eff, tau, ctx):
   return train_lib.train(model, job, layout, ctx.pool_gpus, on_device(ctx.cluster, device),
-                         eff, tau, lm_head=ctx.lm_head, calls=ctx.calls)
+                         eff, tau, lm_head=ctx.lm_head, calls=ctx.calls,
+                         controller=ctx.controller)
 
 
 def _sync(model, layout, device, job, eff, tau, ctx):
@@ -147,7 +151,8 @@ def stage_inputs(stage: alg.StageSpec, job: RLJob, plan: plan_lib.Plan, cluster:
     return None, None, None, StageContext(cluster, **extra)
   devices = pool_devices(plan, cluster)
   pool = alg.stage_pool(stage, plan)
-  ctx = StageContext(cluster, pool_gpus=gpus[pool], lm_head=has_lm_head(stage), **extra)
+  ctx = StageContext(cluster, pool_gpus=gpus[pool], lm_head=has_lm_head(stage),
+                     controller=plan.mode.single_controller, **extra)
   if stage.kind in (alg.GENERATE, alg.SWITCH):
     return job.actor, plan.engine, devices[pool], ctx
   r = plan.role(stage.role)

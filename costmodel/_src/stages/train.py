@@ -72,7 +72,8 @@ def dp_traffic_bytes(params, job: RLJob, zero_stage):
 
 def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cluster,
           eff: Efficiency, tau=0.0, samples=None, lm_head: bool = True,
-          global_batch=None, seq_len=None, updates=None, calls=1.0) -> common.StageCost:
+          global_batch=None, seq_len=None, updates=None, calls=1.0,
+          controller: bool = True) -> common.StageCost:
   """Cost of the training updates of one RL step.
 
   Args:
@@ -92,6 +93,8 @@ def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
     calls: Calls into the trainer per step (each pays
       ``Efficiency.train_call_overhead_s``; none for pre-training style
       validation with ``seq_len`` set).
+    controller: The batch arrives through a single controller and each call
+      is a remote one; False (SPMD frameworks) drops both overheads.
   """
   hw = cluster.accelerator
   n = job.samples_per_step if samples is None else jnp.asarray(samples, float)
@@ -170,7 +173,7 @@ def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
   bubble_s = n_updates * bubble
   overhead_s = n_updates * eff.train_overhead_s + (
       infer_lib.batch_transfer_s(job, eff, n) + calls * eff.train_call_overhead_s
-      if seq_len is None else 0.0)
+      if seq_len is None and controller else 0.0)
 
   flops = n_updates * batch * seq * 3.0 * model.forward_flops_per_token(ctx)
   work_gpu_s = flops / (hw.peak_flops_per_s * hw.matmul_efficiency_max)

@@ -245,7 +245,8 @@ def _dschat_runs() -> list[Run]:
       plan = Plan.colocated(job, cluster, train=train,
                             critic=Parallel(micro_batch=4.0, zero_stage=3.0),
                             engine=Engine(tp=float(tp), memory_fraction=0.5,
-                                          prefix_caching=False, cuda_graphs=False))
+                                          prefix_caching=False, cuda_graphs=False),
+                            mode=Mode(single_controller=False))
       steps = 264292.0 / 1024.0
       out.append(Run(f"dschat-{size}-{gpus}",
                      f"DeepSpeed-Chat PPO OPT-{size} + 350M, {gpus} A100",
