@@ -191,6 +191,9 @@ def calibrate(fit: Sequence[Case], held_out: Sequence[Case] = (),
       l_g, g_g = fn(z)
       loss = loss + l_g
       grad = jax.tree_util.tree_map(jnp.add, grad, g_g)
+    # A non-finite gradient of one case (an infinite slope where a smooth
+    # surrogate meets a hard bound) must not poison the others' update.
+    grad = jax.tree_util.tree_map(lambda g: jnp.where(jnp.isfinite(g), g, 0.0), grad)
     updates, state = opt.update(grad, state, z)
     return optax.apply_updates(z, updates), state, loss
 
