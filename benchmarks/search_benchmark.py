@@ -105,7 +105,7 @@ def _headline_child(name: str, starts: int, steps: int) -> None:
       "family": res.family, "best_s": best, "relaxed": res.relaxed_bound_s,
       "rounded": {k: (v if np.isfinite(v) else None) for k, v in res.best_by_family_s.items()},
       "maxrss_bytes": rss_search,
-      "rules": {r.name: (r.step_time_s if r.feasible else None) for r in rules},
+      "rules": {r.method: (r.best_step_time_s if r.feasible else None) for r in rules},
   }))
 
 
@@ -199,7 +199,7 @@ def _quality(quick: bool) -> list[dict]:
     sa_n = min(search.simulated_annealing(job, cluster, f, np.inf, seed=0, space=space,
                                           chains=256, max_evaluations=n_eval).best_step_time_s
                for f in fams)
-    rules = {r.name: r.step_time_s for r in search.rules_of_thumb(job, cluster)}
+    rules = {r.method: r.best_step_time_s for r in search.rules_of_thumb(job, cluster)}
     row = dict(label=label, size=size, enum_s=enum_s, opt=opt, best=best, cold=cold, warm=warm,
                gap=best / opt - 1, gap_random=rnd / opt - 1, gap_sa=sa / opt - 1,
                gap_random_n=rnd_n / opt - 1, gap_sa_n=sa_n / opt - 1,

@@ -14,6 +14,13 @@ from costmodel._src.calibrate import calibrate
 from costmodel._src.calibrate import split_cases
 from costmodel._src.cluster import Cluster
 from costmodel._src.collectives import collective_time
+from costmodel._src.constraints import check_rules
+from costmodel._src.constraints import engine_fields
+from costmodel._src.constraints import layout_fields
+from costmodel._src.constraints import model_fields
+from costmodel._src.constraints import rule_mask
+from costmodel._src.constraints import rule_penalty
+from costmodel._src.constraints import rule_violations
 from costmodel._src.efficiency import Efficiency
 from costmodel._src.estimate import Estimate
 from costmodel._src.hardware import Hardware
@@ -28,12 +35,20 @@ from costmodel._src.measurements import steady_state
 from costmodel._src.microbench import MicrobenchFit
 from costmodel._src.microbench import fit_microbenchmarks
 from costmodel._src.model import ModelSpec
+from costmodel._src.placement import Placement
+from costmodel._src.placement import build_plan
+from costmodel._src.placement import placement
+from costmodel._src.placement import placements
 from costmodel._src.plan import Mode
 from costmodel._src.plan import Plan
 from costmodel._src.plan import Pool
 from costmodel._src.plan import RolePlan
+from costmodel._src.plan import required_roles
 from costmodel._src.plan import validate as validate_plan
 from costmodel._src.roofline import roofline
+from costmodel._src.rule_table import RULE_SETS
+from costmodel._src.rule_table import RULES
+from costmodel._src.rule_table import Rule
 from costmodel._src.step import estimate
 from costmodel._src.validation.cases import Case
 from costmodel._src.validation.log_cases import verl_log_cases
@@ -50,22 +65,37 @@ __all__ = (
     "Mode",
     "ModelSpec",
     "Parallel",
+    "Placement",
     "Plan",
     "Pool",
     "RLJob",
+    "RULES",
+    "RULE_SETS",
     "ResponseLength",
     "RolePlan",
+    "Rule",
     "StageTimes",
+    "build_plan",
     "calibrate",
+    "check_rules",
     "collective_time",
+    "engine_fields",
     "estimate",
     "fit_microbenchmarks",
     "hardware",
+    "layout_fields",
+    "model_fields",
     "models",
+    "placement",
+    "placements",
     "plot",
     "published_table",
     "read_verl_log",
+    "required_roles",
     "roofline",
+    "rule_mask",
+    "rule_penalty",
+    "rule_violations",
     "split_cases",
     "steady_state",
     "validate_plan",

@@ -1,17 +1,15 @@
 """rlcost's layout search: relaxation, optax optimisation, rounding, baselines."""
 
+from export import plan_to_dict
+from export import write_plan
 from search import export
-from search._src.baselines import BaselineResult
 from search._src.baselines import enumerate_plans
 from search._src.baselines import random_search
 from search._src.baselines import simulated_annealing
 from search._src.baselines import space_size
-from search._src.optimize import SearchResult
 from search._src.optimize import optimize
-from search._src.planfile import plan_to_dict
-from search._src.planfile import write_plan
 from search._src.relax import RelaxConfig
-from search._src.rules import RuleResult
+from search._src.result import SearchResult
 from search._src.rules import rules_of_thumb
 from search._src.space import FAMILIES
 from search._src.space import SpaceOptions
@@ -19,9 +17,7 @@ from search._src.space import default_families
 
 __all__ = (
     "FAMILIES",
-    "BaselineResult",
     "RelaxConfig",
-    "RuleResult",
     "SearchResult",
     "SpaceOptions",
     "default_families",

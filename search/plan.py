@@ -71,7 +71,8 @@ def main(argv) -> int:
     print(f"no layout fits: {result.infeasible_reason}", file=sys.stderr)
     return 1
   if _OUT.value:
-    search.write_plan(_OUT.value, result.best_plan, result.best_estimate, result.family)
+    search.write_plan(_OUT.value, result.best_plan, result.best_estimate, result.family,
+                      job=job, cluster=cluster)
     print(f"wrote {_OUT.value}")
   return 0
 

@@ -12,9 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import yaml
 
 import costmodel as cm
-from search import export
+import export
 
 QWEN7B = cm.models.get("qwen2.5-7b")
 MOE = cm.models.get("qwen3-30b-a3b")
@@ -50,6 +51,11 @@ def split_async_grpo(staleness=2, partial=True):
                        engine=cm.Engine(tp=4, memory_fraction=0.8, max_seqs=512),
                        mode=cm.Mode(staleness=staleness, partial_rollout=partial))
   return plan, job, TWO_NODES
+
+
+def to_openrlhf(*args, **kw):
+  """OpenRLHF export letting vLLM pick max_num_seqs (OpenRLHF has no flag for it)."""
+  return export.to_openrlhf(*args, vllm_default_max_seqs=True, **kw)
 
 
 def refusal(fn, *match):
@@ -93,18 +99,25 @@ def test_verl_colocated_grpo_fsdp_v1():
   assert export.to_verl(plan, job, cluster) == expected
   legacy = export.to_verl(plan, job, cluster, version="legacy")
   assert legacy["actor_rollout_ref.hybrid_engine"] is True
-  assert not any(k.startswith("trainer.use_v1") or k.startswith("trainer.v1") for k in legacy)
+  # trainer.use_v1 defaults to True at 1dda039, so the hybrid-engine trainer says False.
+  assert legacy["trainer.use_v1"] is False
+  assert not any(k.startswith("trainer.v1") for k in legacy)
 
 
 def test_verl_split_async_legacy_fully_async():
   plan, job, cluster = split_async_grpo(staleness=2)
   o = export.to_verl(plan, job, cluster, version="legacy")
   placement = {k: v for k, v in o.items()
-               if k.startswith(("trainer.", "rollout.", "async_training.", "actor_rollout_ref.hy"))}
+               if k.startswith(("trainer.", "rollout.", "async_training.", "actor_rollout_ref.hy",
+                                "data.train_batch", "data.gen"))}
   assert placement == {
-      "trainer.nnodes": 1, "trainer.n_gpus_per_node": 8,
+      "trainer.nnodes": 1, "trainer.n_gpus_per_node": 8, "trainer.use_v1": False,
       "actor_rollout_ref.hybrid_engine": False,
+      # fully_async_rollouter.py asserts train_batch_size == 0 and gen_batch_size == 1;
+      # total_rollout_steps null runs the whole dataset instead of the recipe's 100 samples.
+      "data.train_batch_size": 0, "data.gen_batch_size": 1,
       "rollout.nnodes": 1, "rollout.n_gpus_per_node": 8,
+      "rollout.total_rollout_steps": None,
       "async_training.staleness_threshold": 2.0,
       "async_training.trigger_parameter_sync_step": 4,  # 128 / 32 prompts per mini-batch
       "async_training.require_batches": 1,
@@ -115,6 +128,7 @@ def test_verl_split_async_legacy_fully_async():
   assert o["actor_rollout_ref.rollout.gpu_memory_utilization"] == 0.8
   cmd = export.verl_command(o)
   assert cmd.startswith("python3 -m verl.experimental.fully_async_policy.fully_async_main ")
+  assert " rollout.total_rollout_steps=null " in cmd
 
 
 def test_verl_split_async_v1_separate_async():
@@ -130,7 +144,8 @@ def test_verl_split_async_v1_separate_async():
       "actor_rollout_ref.rollout.checkpoint_engine.backend": "nccl",
       # data.train_batch_size (128) = parameter_sync_step x ppo_mini_batch_size (32)
       "trainer.v1.separate_async.parameter_sync_step": 4,
-      "trainer.v1.sampler.max_off_policy_threshold": 2,
+      # staleness 2: replay_buffer.py drops a trajectory when g - s + 1 > threshold
+      "trainer.v1.sampler.max_off_policy_threshold": 3,
       "trainer.v1.sampler.max_off_policy_strategy": "wait",
   }
   assert (o["data.train_batch_size"] == o["trainer.v1.separate_async.parameter_sync_step"]
@@ -179,9 +194,9 @@ def test_verl_megatron_ppo_with_critic():
       f"{a}.megatron.override_transformer_config.recompute_granularity": "selective",
   }
   assert {k: v for k, v in o.items() if k.startswith(f"{a}.") and "kl" not in k} == expected_actor
+  # The Megatron critic has no forward_micro_batch_size_per_gpu (values use the training one).
   expected_critic = {
       "critic.strategy": "megatron", "critic.ppo_micro_batch_size_per_gpu": 2,
-      "critic.forward_micro_batch_size_per_gpu": 2,
       "critic.megatron.tensor_model_parallel_size": 4,
       "critic.megatron.pipeline_model_parallel_size": 1,
       "critic.megatron.context_parallel_size": 1, "critic.megatron.expert_model_parallel_size": 1,
@@ -213,6 +228,8 @@ def test_verl_megatron_moe_keys():
       "tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2,
       "virtual_pipeline_model_parallel_size": 2, "context_parallel_size": 1,
       "expert_model_parallel_size": 4, "sequence_parallel": True,
+      # veRL's null default means ETP = TP in Megatron; the model's experts are not TP-split.
+      "expert_tensor_parallel_size": 1,
       "use_distributed_optimizer": False, "param_offload": False, "grad_offload": False,
       "optimizer_offload": False}
   assert o[f"{m}.override_transformer_config.recompute_granularity"] == "full"
@@ -229,13 +246,18 @@ def test_verl_reward_model_own_pool():
            cm.RolePlan("reward", "rm", infer=cm.Parallel(micro_batch=8, offload=1)))
   plan = cm.Plan(pools=pools, roles=roles, engine=cm.Engine(tp=2), rollout_pool="main")
   o = export.to_verl(plan, job, TWO_NODES)
-  assert {k: v for k, v in o.items() if k.startswith("reward_model.")} == {
-      "reward_model.enable": True, "reward_model.strategy": "fsdp",
-      "reward_model.micro_batch_size_per_gpu": 8,
-      "reward_model.ulysses_sequence_parallel_size": 1,
-      "reward_model.model.fsdp_config.param_offload": True,
-      "reward_model.enable_resource_pool": True,
-      "reward_model.nnodes": 1, "reward_model.n_gpus_per_node": 8}
+  # At 1dda039 the reward model is served by a rollout engine under reward.reward_model.
+  assert {k: v for k, v in o.items() if k.startswith("reward")} == {
+      "reward.reward_model.enable": True, "reward.reward_model.enable_resource_pool": True,
+      "reward.reward_model.nnodes": 1, "reward.reward_model.n_gpus_per_node": 8,
+      "reward.reward_model.rollout.name": "vllm",
+      "reward.reward_model.rollout.tensor_model_parallel_size": 1,
+      "reward.reward_model.rollout.pipeline_model_parallel_size": 1,
+      "reward.reward_model.rollout.free_cache_engine": True}
+  # A reward model on the actor's pool: colocated, refused by the asynchronous trainers.
+  shared = plan.replace(roles=plan.roles[:2] + (cm.RolePlan("reward", "main", infer=p),),
+                        pools=(cm.Pool("main", 8.0),))
+  assert export.to_verl(shared, job, ONE_NODE)["reward.reward_model.enable_resource_pool"] is False
 
 
 def test_verl_dapo_and_kl_keys():
@@ -244,7 +266,12 @@ def test_verl_dapo_and_kl_keys():
   o = export.to_verl(plan, job, ONE_NODE)
   assert o["algorithm.adv_estimator"] == "grpo"
   assert o["algorithm.filter_groups.enable"] is True
-  assert o["data.gen_batch_size"] == 96
+  # The v1 trainer needs the metric; it streams groups (gen_batch_size 1) and refills.
+  assert o["algorithm.filter_groups.metric"] == "acc"
+  assert "data.gen_batch_size" not in o
+  # The hybrid-engine trainer does not read filter_groups.
+  refusal(lambda: export.to_verl(plan, job, ONE_NODE, version="legacy"), "algorithm='dapo'",
+          "filter_groups")
   assert o["actor_rollout_ref.actor.use_kl_loss"] is False
   assert o["algorithm.use_kl_in_reward"] is False
   assert not any(k.startswith("actor_rollout_ref.ref.") for k in o)
@@ -270,34 +297,55 @@ def test_openrlhf_colocated_grpo_dotted():
       "--data.max_len", "5120", "--rollout.max_new_tokens", "4096",
       "--algo.advantage.estimator", "group_norm",
   ]
-  argv = export.to_openrlhf(plan, job, cluster)
+  argv = to_openrlhf(plan, job, cluster)
   assert argv == expected
   # colocate_all (sync): actor GPUs == vllm engines x vllm TP
   assert 8 == int(argv[argv.index("--vllm.num_engines") + 1]) * int(
       argv[argv.index("--vllm.tensor_parallel_size") + 1])
 
 
-def test_openrlhf_split_async_legacy():
+def test_openrlhf_split_async():
   plan, job, cluster = split_async_grpo(staleness=2)
   expected = [
-      "--actor_num_nodes", "1", "--actor_num_gpus_per_node", "8",
-      "--ref_num_nodes", "1", "--ref_num_gpus_per_node", "8",
-      "--vllm_num_engines", "2", "--vllm_tensor_parallel_size", "4",
-      "--vllm_gpu_memory_utilization", "0.8", "--enable_prefix_caching",
-      "--colocate_actor_ref",
-      "--zero_stage", "3", "--ds_tensor_parallel_size", "1", "--ring_attn_size", "1",
-      "--gradient_checkpointing",
-      "--rollout_batch_size", "128", "--n_samples_per_prompt", "8",
-      "--micro_rollout_batch_size", "4", "--train_batch_size", "256",
-      "--micro_train_batch_size", "4", "--max_epochs", "1",
-      "--max_len", "5120", "--max_new_tokens", "4096",
-      "--advantage_estimator", "group_norm",
-      "--async_train", "--async_queue_size", "2", "--partial_rollout",
+      "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "8",
+      "--ref.num_nodes", "1", "--ref.num_gpus_per_node", "8",
+      "--vllm.num_engines", "2", "--vllm.tensor_parallel_size", "4",
+      "--vllm.gpu_memory_utilization", "0.8", "--vllm.enable_prefix_caching",
+      "--train.colocate_actor_ref",
+      "--ds.zero_stage", "3", "--ds.tensor_parallel_size", "1", "--ds.ring_attn_size", "1",
+      "--actor.gradient_checkpointing_enable",
+      "--rollout.batch_size", "128", "--rollout.n_samples_per_prompt", "8",
+      "--rollout.micro_batch_size", "4", "--train.batch_size", "256",
+      "--train.micro_batch_size", "4", "--train.max_epochs", "1",
+      "--data.max_len", "5120", "--rollout.max_new_tokens", "4096",
+      "--algo.advantage.estimator", "group_norm",
+      "--train.async_enable", "--train.async_queue_size", "2", "--train.partial_rollout_enable",
   ]
-  assert export.to_openrlhf(plan, job, cluster, flag_style="legacy") == expected
-  dotted = export.to_openrlhf(plan, job, cluster)
-  assert dotted[dotted.index("--train.async_queue_size") + 1] == "2"
-  assert "--train.partial_rollout_enable" in dotted and "--train.colocate_all" not in dotted
+  assert to_openrlhf(plan, job, cluster) == expected
+  # v0.11.0 has no flag for vLLM's max_num_seqs: refused unless vLLM may choose it.
+  refusal(lambda: export.to_openrlhf(plan, job, cluster), "engine.max_seqs=512",
+          "vllm_default_max_seqs")
+
+
+def test_openrlhf_autotp_zero3_and_dapo_oversampling():
+  job = grpo_job()
+  plan = cm.Plan.colocated(job, ONE_NODE, train=cm.Parallel(tp=2, zero_stage=3),
+                           engine=cm.Engine(tp=2))
+  refusal(lambda: to_openrlhf(plan, job, ONE_NODE), "zero_stage=3", "AutoTP", "0-2")
+  ok = to_openrlhf(plan.replace(roles=tuple(
+      dataclasses.replace(r, train=cm.Parallel(tp=2, zero_stage=2)) if r.role == "actor" else
+      dataclasses.replace(r, infer=cm.Parallel(tp=2, zero_stage=2)) for r in plan.roles)),
+      job, ONE_NODE)
+  assert ok[ok.index("--ds.tensor_parallel_size") + 1] == "2"
+  dapo = cm.RLJob("dapo", QWEN7B, prompts_per_step=64, samples_per_prompt=8, oversample=1.5)
+  sync = cm.Plan.colocated(dapo, ONE_NODE, engine=cm.Engine(tp=2))
+  refusal(lambda: to_openrlhf(sync, dapo, ONE_NODE), "job.oversample=1.5",
+          "--train.async_enable")
+  asyn = cm.Plan.split(dapo, ONE_NODE, gen_gpus=4, engine=cm.Engine(tp=2),
+                       mode=cm.Mode(staleness=1))
+  argv = to_openrlhf(asyn, dapo, ONE_NODE)
+  assert argv[argv.index("--rollout.vllm_generate_batch_size") + 1] == "96"  # ceil(64 x 1.5)
+  assert "--algo.dynamic_filtering_enable" in argv
 
 
 def test_openrlhf_ppo_with_critic_on_its_own_pool():
@@ -307,7 +355,7 @@ def test_openrlhf_ppo_with_critic_on_its_own_pool():
   roles = (cm.RolePlan("actor", "actor", train=p), cm.RolePlan("reference", "actor", infer=p),
            cm.RolePlan("critic", "critic", train=p))
   plan = cm.Plan(pools=pools, roles=roles, engine=cm.Engine(tp=4), rollout_pool="gen")
-  argv = export.to_openrlhf(plan, job, TWO_NODES)
+  argv = to_openrlhf(plan, job, TWO_NODES)
   placement = argv[:argv.index("--vllm.num_engines")]
   assert placement == ["--actor.num_nodes", "1", "--actor.num_gpus_per_node", "4",
                        "--ref.num_nodes", "1", "--ref.num_gpus_per_node", "4",
@@ -323,9 +371,9 @@ def test_openrlhf_ppo_critic_on_actor_pool_needs_async():
   job = ppo_job(ppo_epochs=1)
   sync = cm.Plan.split(job, TWO_NODES, gen_gpus=8, train=cm.Parallel(micro_batch=2),
                        engine=cm.Engine(tp=2))
-  refusal(lambda: export.to_openrlhf(sync, job, TWO_NODES), "colocate_all", "synchronous")
+  refusal(lambda: to_openrlhf(sync, job, TWO_NODES), "colocate_all", "synchronous")
   asyn = sync.replace(mode=cm.Mode(staleness=1))
-  argv = export.to_openrlhf(asyn, job, TWO_NODES)
+  argv = to_openrlhf(asyn, job, TWO_NODES)
   assert "--train.colocate_all" in argv and "--train.async_enable" in argv
   assert "--vllm.enable_sleep" not in argv  # async: only the DeepSpeed models share GPUs
 
@@ -336,6 +384,7 @@ def test_openrlhf_ppo_critic_on_actor_pool_needs_async():
 def test_nemo_rl_colocated_grpo():
   plan, job, cluster = colocated_grpo()
   expected = {
+      "defaults": "grpo_math_1B.yaml",  # the snippet extends NeMo-RL's example config
       "cluster": {"num_nodes": 1, "gpus_per_node": 8},
       "grpo": {"num_prompts_per_step": 128, "num_generations_per_prompt": 8,
                "normalize_rewards": True, "use_leave_one_out_baseline": False,
@@ -347,12 +396,16 @@ def test_nemo_rl_colocated_grpo():
                           "context_parallel_size": 2, "sequence_parallel": False,
                           "activation_checkpointing": True, "cpu_offload": False},
           "megatron_cfg": {"enabled": False},
+          # context parallelism on DTensor runs without sequence packing
+          "sequence_packing": {"enabled": False},
           "generation": {
               "backend": "vllm", "max_new_tokens": 4096,
+              # vllm_worker.py passes enable_prefix_caching to vLLM itself, read from vllm_cfg;
+              # in vllm_kwargs it would be a duplicate keyword.
               "vllm_cfg": {"tensor_parallel_size": 2, "pipeline_parallel_size": 1,
                            "expert_parallel_size": 1, "gpu_memory_utilization": 0.6,
-                           "async_engine": False},
-              "vllm_kwargs": {"max_num_seqs": 256, "enable_prefix_caching": True},
+                           "async_engine": False, "enable_prefix_caching": True},
+              "vllm_kwargs": {"max_num_seqs": 256},
               "colocated": {"enabled": True}}},
   }
   assert export.to_nemo_rl(plan, job, cluster) == expected
@@ -381,31 +434,63 @@ def test_nemo_rl_single_node_split_and_megatron():
   assert d["policy"]["generation"]["colocated"]["resources"] == {"num_nodes": 1,
                                                                  "gpus_per_node": 4}
   assert d["policy"]["dtensor_cfg"] == {"enabled": False}
+  assert d["defaults"] == "grpo_math_1B_megatron.yaml"
   assert d["policy"]["megatron_cfg"] == {
       "enabled": True, "tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2,
-      "context_parallel_size": 1, "expert_model_parallel_size": 1, "sequence_parallel": True,
-      "activation_checkpointing": True, "optimizer": {"use_distributed_optimizer": True},
-      "distributed_data_parallel_config": {"use_custom_fsdp": False}}
+      "context_parallel_size": 1, "expert_model_parallel_size": 1,
+      "expert_tensor_parallel_size": 1, "sequence_parallel": True,
+      "activation_checkpointing": True, "recompute_granularity": "full",
+      "optimizer": {"use_distributed_optimizer": True}}
+  # ZeRO-2/3 on Megatron would silently run as ZeRO-1 (use_custom_fsdp is never read).
+  zero2 = cm.Plan.split(job, ONE_NODE, gen_gpus=4, train=train.replace(zero_stage=2),
+                        engine=cm.Engine(tp=2))
+  refusal(lambda: export.to_nemo_rl(zero2, job, ONE_NODE), "zero_stage=2", "use_custom_fsdp")
+  # Optimizer offload is expressible on Megatron (with the distributed optimizer).
+  off = cm.Plan.split(job, ONE_NODE, gen_gpus=4, train=train.replace(offload=1),
+                      engine=cm.Engine(tp=2))
+  assert export.to_nemo_rl(off, job, ONE_NODE)["policy"]["megatron_cfg"]["optimizer"] == {
+      "use_distributed_optimizer": True, "optimizer_cpu_offload": True,
+      "optimizer_offload_fraction": 1.0}
 
 
-def test_to_yaml_exact():
+def test_to_yaml_reads_back_and_keeps_order():
   d = {"cluster": {"num_nodes": 2, "gpus_per_node": 8},
        "policy": {"model_name": "Qwen/Qwen2.5-7B", "flag": True, "ratio": 0.6, "none": None,
-                  "empty": {}, "sizes": [1, 2], "tricky": ["true", "1e3", "a b", ""]}}
-  assert export.to_yaml(d) == (
-      "cluster:\n"
-      "  num_nodes: 2\n"
-      "  gpus_per_node: 8\n"
-      "policy:\n"
-      "  model_name: Qwen/Qwen2.5-7B\n"
-      "  flag: true\n"
-      "  ratio: 0.6\n"
-      "  none: null\n"
-      "  empty: {}\n"
-      "  sizes: [1, 2]\n"
-      '  tricky: ["true", "1e3", "a b", ""]\n')
+                  "empty": {}, "sizes": [1, 2], "tricky": ["true", "1e3", "a b", "", "no"]}}
+  text = export.to_yaml(d)
+  assert yaml.safe_load(text) == d  # strings YAML would read as bools or numbers are quoted
+  assert text.startswith("cluster:\n  num_nodes: 2\n  gpus_per_node: 8\npolicy:\n")
   text = export.to_yaml(export.to_nemo_rl(*colocated_grpo()))
   assert "    colocated:\n      enabled: true\n" in text
+
+
+def test_registry_names_each_framework_and_its_version():
+  assert export.FRAMEWORKS == ("verl", "openrlhf", "nemo_rl", "slime", "areal")
+  plan, job, cluster = colocated_grpo()
+  plan = plan.replace(engine=cm.Engine(tp=1, memory_fraction=0.6, max_seqs=256))
+  options = {"openrlhf": {"vllm_default_max_seqs": True}}
+  zero1 = plan.replace(roles=tuple(dataclasses.replace(
+      r, train=r.train and cm.Parallel(cp=2, micro_batch=2, zero_stage=1),
+      infer=cm.Parallel(cp=2, micro_batch=2, zero_stage=1)) for r in plan.roles))
+  for name in export.FRAMEWORKS:
+    e = export.get(name)
+    assert e.name == name and "@" in e.version
+    opts = options.get(name, {})
+    p = zero1 if name == "slime" else plan  # slime trains with Megatron (ZeRO-1 at most)
+    text = e.export(p, job, cluster, **opts)
+    assert text.splitlines()[0] == e.header() and e.version in text.splitlines()[0]
+    assert text == e.render(e.to_config(p, job, cluster, **opts))
+  assert export.get("verl").to_config(plan, job, cluster) == export.to_verl(plan, job, cluster)
+  body = export.get("nemo_rl").export(plan, job, cluster).split("\n", 1)[1]
+  assert yaml.safe_load(body) == export.to_nemo_rl(plan, job, cluster)
+  refusal(lambda: export.get("deepspeed_chat"), "framework='deepspeed_chat'", "verl")
+
+
+def test_search_export_is_an_alias():
+  import search  # pylint: disable=import-outside-toplevel
+  from search import export as old  # pylint: disable=import-outside-toplevel
+  assert old.to_verl is export.to_verl and old.get is export.get
+  assert search.write_plan is export.write_plan and search.plan_to_dict is export.plan_to_dict
 
 
 # ----- refusals --------------------------------------------------------------------
@@ -455,7 +540,7 @@ def test_non_uniform_pools_refused():
   plan = cm.Plan.split(job, TWO_NODES, gen_gpus=5, engine=cm.Engine(tp=1),
                        mode=cm.Mode(staleness=1, partial_rollout=True))
   for fn in (lambda: export.to_verl(plan, job, TWO_NODES, version="legacy"),
-             lambda: export.to_openrlhf(plan, job, TWO_NODES)):
+             lambda: to_openrlhf(plan, job, TWO_NODES)):
     refusal(fn, "pool 'train' of 11 GPUs", "n_gpus_per_node")
   # NeMo-RL gives generation whole nodes on a multi-node cluster.
   plan = cm.Plan.split(job, TWO_NODES, gen_gpus=4, engine=cm.Engine(tp=1),
@@ -467,9 +552,9 @@ def test_non_uniform_pools_refused():
 def test_openrlhf_refusals():
   job = grpo_job()
   plan = cm.Plan.colocated(job, ONE_NODE, train=cm.Parallel(pp=2), engine=cm.Engine(tp=2))
-  refusal(lambda: export.to_openrlhf(plan, job, ONE_NODE), "actor.train.pp=2", "pipeline")
+  refusal(lambda: to_openrlhf(plan, job, ONE_NODE), "actor.train.pp=2", "pipeline")
   plan = cm.Plan.colocated(job, ONE_NODE, engine=cm.Engine(tp=2, pp=2))
-  refusal(lambda: export.to_openrlhf(plan, job, ONE_NODE), "engine.pp=2")
+  refusal(lambda: to_openrlhf(plan, job, ONE_NODE), "engine.pp=2")
   # vLLM engines on the actor's GPUs, the critic elsewhere: colocate_all would move it.
   ppo = ppo_job()
   pools = (cm.Pool("main", 8.0), cm.Pool("critic", 8.0))
@@ -477,28 +562,67 @@ def test_openrlhf_refusals():
   roles = (cm.RolePlan("actor", "main", train=p), cm.RolePlan("reference", "main", infer=p),
            cm.RolePlan("critic", "critic", train=p))
   plan = cm.Plan(pools=pools, roles=roles, engine=cm.Engine(tp=2), rollout_pool="main")
-  refusal(lambda: export.to_openrlhf(plan, ppo, TWO_NODES), "colocate_all", "critic")
+  refusal(lambda: to_openrlhf(plan, ppo, TWO_NODES), "colocate_all", "critic")
   # One --ds.* layout for every model.
   plan = cm.Plan.colocated(ppo, TWO_NODES, train=cm.Parallel(tp=2), critic=cm.Parallel(tp=4),
                            engine=cm.Engine(tp=2))
-  refusal(lambda: export.to_openrlhf(plan, ppo, TWO_NODES), "critic.train.tp=4", "--ds.*")
+  refusal(lambda: to_openrlhf(plan, ppo, TWO_NODES), "critic.train.tp=4", "--ds.*")
   remax = cm.RLJob("remax", QWEN7B, prompts_per_step=64)
   plan = cm.Plan.colocated(remax, ONE_NODE, engine=cm.Engine(tp=2))
-  refusal(lambda: export.to_openrlhf(plan, remax, ONE_NODE), "algorithm='remax'")
+  refusal(lambda: to_openrlhf(plan, remax, ONE_NODE), "algorithm='remax'")
+
+
+def test_nemo_rl_ppo_reward_model_and_reference():
+  ppo = ppo_job(ppo_epochs=2)
+  plan = cm.Plan.colocated(ppo, ONE_NODE, engine=cm.Engine(tp=2))
+  d = export.to_nemo_rl(plan, ppo, ONE_NODE)
+  assert d["defaults"] == "ppo_math_1B.yaml"
+  assert d["ppo"]["ppo_epochs"] == 2 and d["ppo"]["num_generations_per_prompt"] == 1
+  assert d["value"]["train_global_batch_size"] == 64  # 256 x 1 / 4
+  # DAPO drops the reference: no KL penalty, so NeMo-RL neither loads nor runs one.
+  dapo = cm.RLJob("dapo", QWEN7B, prompts_per_step=64, samples_per_prompt=8, oversample=1.5)
+  d = export.to_nemo_rl(cm.Plan.colocated(dapo, ONE_NODE, engine=cm.Engine(tp=2)), dapo,
+                        ONE_NODE)
+  assert d["loss_fn"] == {"reference_policy_kl_penalty": 0}
+  assert d["grpo"]["use_dynamic_sampling"] is True and d["grpo"]["batch_multiplier"] == 1.5
+  # A reward model on its own 2 GPUs of the node: grpo_rm_1B.yaml and its resources.
+  job = grpo_job(reward_model=cm.models.get("qwen2.5-1.5b"))
+  p = cm.Parallel(micro_batch=2)
+  roles = (cm.RolePlan("actor", "train", train=p), cm.RolePlan("reference", "train", infer=p),
+           cm.RolePlan("reward", "rm", infer=cm.Parallel(micro_batch=8)))
+  pools = (cm.Pool("gen", 2.0), cm.Pool("train", 4.0), cm.Pool("rm", 2.0))
+  plan = cm.Plan(pools=pools, roles=roles, engine=cm.Engine(tp=2), rollout_pool="gen")
+  d = export.to_nemo_rl(plan, job, ONE_NODE)
+  assert d["defaults"] == "grpo_rm_1B.yaml"
+  assert d["cluster"] == {"num_nodes": 1, "gpus_per_node": 8}
+  assert d["policy"]["generation"]["colocated"]["resources"] == {"gpus_per_node": 2,
+                                                                 "num_nodes": 1}
+  assert d["env"]["reward_model"] == {
+      "resources": {"gpus_per_node": 2, "num_nodes": 1}, "batch_size": 8,
+      "dtensor_cfg": {"tensor_parallel_size": 1, "context_parallel_size": 1,
+                      "cpu_offload": False}}
 
 
 def test_nemo_rl_refusals():
-  ppo = ppo_job()
-  plan = cm.Plan.colocated(ppo, ONE_NODE, engine=cm.Engine(tp=2))
-  refusal(lambda: export.to_nemo_rl(plan, ppo, ONE_NODE), "algorithm='ppo'", "critic")
-  rpp = cm.RLJob("reinforce_pp", QWEN7B, prompts_per_step=64)
-  plan = cm.Plan.colocated(rpp, ONE_NODE, engine=cm.Engine(tp=2))
-  refusal(lambda: export.to_nemo_rl(plan, rpp, ONE_NODE), "algorithm='reinforce_pp'")
+  remax = cm.RLJob("remax", QWEN7B, prompts_per_step=64)
+  plan = cm.Plan.colocated(remax, ONE_NODE, engine=cm.Engine(tp=2))
+  refusal(lambda: export.to_nemo_rl(plan, remax, ONE_NODE), "algorithm='remax'")
   job = grpo_job()
   plan = cm.Plan.colocated(job, ONE_NODE, train=cm.Parallel(pp=2), engine=cm.Engine(tp=2))
   refusal(lambda: export.to_nemo_rl(plan, job, ONE_NODE, backend="dtensor"),
           "actor.train.pp=2", "megatron")
+  refusal(lambda: export.to_nemo_rl(plan, job, ONE_NODE), "zero_stage=3", "use_custom_fsdp")
+  plan = cm.Plan.colocated(job, ONE_NODE, train=cm.Parallel(pp=2, zero_stage=1),
+                           engine=cm.Engine(tp=2))
   assert export.to_nemo_rl(plan, job, ONE_NODE)["policy"]["megatron_cfg"]["enabled"] is True
+  no_ref = ppo_job(use_reference=False)
+  plan = cm.Plan.colocated(no_ref, ONE_NODE, engine=cm.Engine(tp=2))
+  refusal(lambda: export.to_nemo_rl(plan, no_ref, ONE_NODE), "job.use_reference=False",
+          "init_reference_model")
+  rm = grpo_job(reward_model=cm.models.get("qwen2.5-1.5b"))
+  plan = cm.Plan.colocated(rm, ONE_NODE, engine=cm.Engine(tp=2))
+  refusal(lambda: export.to_nemo_rl(plan, rm, ONE_NODE), "reward model on pool 'all'",
+          "resources")
 
 
 def test_fusion_refused_everywhere():
@@ -514,7 +638,7 @@ def test_batches_that_do_not_split_refused():
   plan = cm.Plan.colocated(job, ONE_NODE, train=cm.Parallel(micro_batch=3),
                            engine=cm.Engine(tp=2))
   refusal(lambda: export.to_verl(plan, job, ONE_NODE), "ppo_micro_batch_size_per_gpu=3")
-  refusal(lambda: export.to_openrlhf(plan, job, ONE_NODE), "train.micro_batch_size=3")
+  refusal(lambda: to_openrlhf(plan, job, ONE_NODE), "train.micro_batch_size=3")
   odd = grpo_job(mini_batches=3)
   plan = cm.Plan.colocated(odd, ONE_NODE, engine=cm.Engine(tp=2))
   refusal(lambda: export.to_verl(plan, odd, ONE_NODE), "ppo_mini_batch_size", "128 / 3")
@@ -544,7 +668,7 @@ def test_relaxed_plans_refused_naming_the_field():
   bad_pool = plan.replace(pools=(cm.Pool("all", 7.5),))
   refusal(lambda: export.to_verl(bad_pool, job, ONE_NODE), "pool 'all' gpus=7.5")
   bad_engine = plan.replace(engine=cm.Engine(tp=2, max_seqs=100.5))
-  refusal(lambda: export.to_openrlhf(bad_engine, job, ONE_NODE), "engine.max_seqs=100.5")
+  refusal(lambda: to_openrlhf(bad_engine, job, ONE_NODE), "engine.max_seqs=100.5")
   bad_micro = plan.replace(roles=tuple(
       dataclasses.replace(r, train=cm.Parallel(micro_batch=1.5)) if r.role == "actor" else r
       for r in plan.roles))
@@ -563,7 +687,7 @@ def test_commands_quote_nothing_surprising():
       f"{k}={v}" for k, v in o.items()]
   assert "actor_rollout_ref.rollout.gpu_memory_utilization=0.6" in cmd
   assert "actor_rollout_ref.actor.use_kl_loss=True" in cmd
-  argv = export.to_openrlhf(plan, job, cluster)
+  argv = to_openrlhf(plan, job, cluster)
   cmd = export.openrlhf_command(argv)
   assert "'" not in cmd and '"' not in cmd
   assert shlex.split(cmd) == ["python3", "-m", "openrlhf.cli.train_ppo_ray", *argv]

@@ -7,7 +7,7 @@ import pytest
 
 import costmodel as cm
 
-PACKAGES = ("costmodel", "costmodel.models", "costmodel.hardware", "search")
+PACKAGES = ("costmodel", "costmodel.models", "costmodel.hardware", "search", "export")
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -30,8 +30,16 @@ def test_every_exported_name_imports_and_is_documented(package):
 def test_costmodel_exports_the_documented_api():
   for name in ("estimate", "validate_plan", "Plan", "Pool", "RolePlan", "Mode", "Parallel",
                "Engine", "RLJob", "ResponseLength", "Cluster", "Hardware", "Efficiency",
-               "Estimate", "ModelSpec", "roofline", "collective_time", "hardware", "models"):
+               "Estimate", "ModelSpec", "roofline", "collective_time", "hardware", "models",
+               "Placement", "placement", "placements", "build_plan", "required_roles"):
     assert name in cm.__all__, name
+
+
+def test_search_exports_one_result_type():
+  import search  # pylint: disable=g-import-not-at-top
+  assert "SearchResult" in search.__all__
+  for old in ("BaselineResult", "RuleResult"):
+    assert not hasattr(search, old), old
 
 
 REQUIRED_HARDWARE = ("A100-80GB", "H100", "H800", "H20", "H200", "B200", "GB200", "MI300X")

@@ -20,34 +20,34 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def rules(job, cluster):
-  return {r.name: r for r in search.rules_of_thumb(job, cluster)}
+  return {r.method: r for r in search.rules_of_thumb(job, cluster)}
 
 
 def test_every_rule_returns_a_valid_feasible_plan(rules, job, cluster):
   assert set(rules) == {"verl", "openrlhf", "areal", "kv_fit"}
   for r in rules.values():
-    assert r.feasible and r.plan is not None, r.name
-    cm.validate_plan(r.plan, job, cluster)
-    assert bool(r.estimate.feasible)
-    assert r.step_time_s == pytest.approx(float(r.estimate.step_time_s))
+    assert r.feasible and r.best_plan is not None, r.method
+    cm.validate_plan(r.best_plan, job, cluster)
+    assert bool(r.best_estimate.feasible)
+    assert r.best_step_time_s == pytest.approx(float(r.best_estimate.step_time_s))
 
 
 def test_rule_layouts(rules, cluster):
-  verl = rules["verl"].plan
+  verl = rules["verl"].best_plan
   assert verl.pool_names == ("all",) and float(verl.engine.tp) == 2.0
   assert float(verl.engine.memory_fraction) == 0.5
   assert float(verl.role("actor").train.zero_stage) == 3.0
-  openrlhf = rules["openrlhf"].plan
+  openrlhf = rules["openrlhf"].best_plan
   assert [float(p.gpus) for p in openrlhf.pools] == [8.0, 8.0]
   assert float(openrlhf.engine.memory_fraction) == 0.95
-  areal = rules["areal"].plan
+  areal = rules["areal"].best_plan
   assert [float(p.gpus) for p in areal.pools] == [12.0, 4.0]
   assert areal.mode.staleness == 1 and areal.mode.partial_rollout
   kv = rules["kv_fit"]
-  gen = float(kv.plan.pool("gen").gpus)
-  replicas = gen / float(kv.plan.engine.tp * kv.plan.engine.pp)
-  assert float(kv.estimate.gen_concurrency) * replicas >= 128 * 8 - 1e-3
-  assert gen + float(kv.plan.pool("train").gpus) <= cluster.n_gpus
+  gen = float(kv.best_plan.pool("gen").gpus)
+  replicas = gen / float(kv.best_plan.engine.tp * kv.best_plan.engine.pp)
+  assert float(kv.best_estimate.gen_concurrency) * replicas >= 128 * 8 - 1e-3
+  assert gen + float(kv.best_plan.pool("train").gpus) <= cluster.n_gpus
 
 
 def test_openrlhf_splits_three_ways_with_a_critic(cluster):
@@ -55,8 +55,8 @@ def test_openrlhf_splits_three_ways_with_a_critic(cluster):
                  samples_per_prompt=4.0, prompt_len=512.0,
                  response=cm.ResponseLength.from_mean_max(1000.0, 4096.0))
   r = search.rules_of_thumb(ppo, cluster)[1]
-  assert r.name == "openrlhf" and r.family == "split3" and r.feasible
-  assert sorted(float(p.gpus) for p in r.plan.pools) == [5.0, 5.0, 6.0]
+  assert r.method == "openrlhf" and r.family == "split3" and r.feasible
+  assert sorted(float(p.gpus) for p in r.best_plan.pools) == [5.0, 5.0, 6.0]
 
 
 def test_random_search_and_annealing_never_beat_enumeration(job, cluster):

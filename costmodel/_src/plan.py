@@ -13,6 +13,7 @@ import dataclasses
 
 import numpy as np
 
+from costmodel._src import constraints as rules
 from costmodel._src import hardware as hw_lib
 from costmodel._src import pytree
 from costmodel._src.cluster import Cluster
@@ -23,6 +24,8 @@ from costmodel._src.layout import resolve_memory_fraction
 from costmodel._src.model import ModelSpec
 
 ROLES = ("actor", "reference", "critic", "reward")
+# Roles with a training phase (and a training layout).
+TRAINED_ROLES = ("actor", "critic")
 
 
 @pytree.pytree_dataclass
@@ -120,8 +123,8 @@ class Mode:
   def __post_init__(self):
     if not isinstance(self.staleness, int) or self.staleness < 0:
       raise ValueError(f"Mode: staleness={self.staleness!r} must be an integer >= 0")
-    if self.partial_rollout and self.staleness == 0:
-      raise ValueError("Mode: partial_rollout=True needs staleness >= 1 (asynchronous)")
+    rules.check_rules("mode", {"staleness": self.staleness, "partial": self.partial_rollout},
+                      "Mode: ")
     t = self.staleness_threshold
     if t is not None:
       if not isinstance(t, (int, float)) or not t >= 0:
@@ -218,48 +221,39 @@ class Plan:
   def replace(self, **changes) -> Plan:
     return dataclasses.replace(self, **changes)
 
-  # ----- convenience constructors -----------------------------------------
+  # ----- convenience constructors (placement families, see placement.py) ---
 
   @classmethod
   def colocated(cls, job: RLJob, cluster: Cluster, train: Parallel | None = None,
                 engine: Engine | None = None, infer: Parallel | None = None,
                 critic: Parallel | None = None, mode: Mode | None = None) -> Plan:
     """Every role and the engines on one pool of the whole cluster (veRL's
-    hybrid engine, DeepSpeed-Chat)."""
-    train = train if train is not None else Parallel()
-    pool = Pool("all", float(cluster.n_gpus))
-    roles = []
-    for role in required_roles(job):
-      if role in ("actor",):
-        roles.append(RolePlan(role, "all", train=train, infer=infer))
-      elif role == "critic":
-        roles.append(RolePlan(role, "all", train=critic or train, infer=infer))
-      else:
-        roles.append(RolePlan(role, "all", infer=infer or train))
-    return cls(pools=(pool,), roles=tuple(roles), engine=engine or Engine(),
-               rollout_pool="all", mode=mode or Mode())
+    hybrid engine, DeepSpeed-Chat): the ``colocated`` placement."""
+    from costmodel._src import placement  # pylint: disable=g-import-not-at-top (cycle)
+    return placement.build_plan("colocated", job, {"all": float(cluster.n_gpus)}, engine,
+                                *_layouts(train, infer, critic), mode=mode)
 
   @classmethod
   def split(cls, job: RLJob, cluster: Cluster, gen_gpus: int, train: Parallel | None = None,
             engine: Engine | None = None, infer: Parallel | None = None,
             critic: Parallel | None = None, mode: Mode | None = None) -> Plan:
     """Generation on its own pool of ``gen_gpus``; every other role on the rest
-    (OpenRLHF, one-step-off-policy and fully asynchronous recipes)."""
+    (OpenRLHF, one-step-off-policy and fully asynchronous recipes): the
+    ``split`` placement's pools with any mode."""
+    from costmodel._src import placement  # pylint: disable=g-import-not-at-top (cycle)
     n = cluster.n_gpus
     if not 0 < gen_gpus < n:
       raise ValueError(f"Plan.split: gen_gpus={gen_gpus} must lie in (0, {n})")
-    train = train if train is not None else Parallel()
-    pools = (Pool("gen", float(gen_gpus)), Pool("train", float(n - gen_gpus)))
-    roles = []
-    for role in required_roles(job):
-      if role == "actor":
-        roles.append(RolePlan(role, "train", train=train, infer=infer))
-      elif role == "critic":
-        roles.append(RolePlan(role, "train", train=critic or train, infer=infer))
-      else:
-        roles.append(RolePlan(role, "train", infer=infer or train))
-    return cls(pools=pools, roles=tuple(roles), engine=engine or Engine(),
-               rollout_pool="gen", mode=mode or Mode())
+    return placement.build_plan("split", job, {"gen": float(gen_gpus),
+                                               "train": float(n - gen_gpus)}, engine,
+                                *_layouts(train, infer, critic), mode=mode)
+
+
+def _layouts(train: Parallel | None, infer: Parallel | None, critic: Parallel | None):
+  """(train, infer) layouts by role of the constructors (``build_plan`` fills
+  in the defaults: the critic trains like the actor, inference roles run the
+  actor's inference layout)."""
+  return {"actor": train, "critic": critic}, {"actor": infer, "critic": infer}
 
 
 def _int(v) -> float | None:
@@ -269,42 +263,48 @@ def _int(v) -> float | None:
   return float(a) if a.ndim == 0 else None
 
 
-def _check_layout(where: str, model: ModelSpec, layout: Parallel, gpus: float) -> None:
-  tp, pp, cp, ep = (_int(layout.tp), _int(layout.pp), _int(layout.cp), _int(layout.ep))
-  if None in (tp, pp, cp, ep):
-    return
-  for name, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep)):
-    if v != int(v):
-      raise ValueError(f"{where}: {name}={v:g} must be an integer")
-  mp = tp * pp * cp
-  if gpus % mp:
-    raise ValueError(f"{where}: tp*pp*cp={mp:g} must divide the pool's {gpus:g} GPUs")
-  if model.n_heads % tp:
-    raise ValueError(f"{where}: tp={tp:g} must divide n_heads={model.n_heads}")
-  if not model.is_mla and model.n_kv_heads % tp and tp % model.n_kv_heads:
-    raise ValueError(f"{where}: tp={tp:g} and n_kv_heads={model.n_kv_heads} must divide one "
-                     "another")
-  if pp > model.n_layers:
-    raise ValueError(f"{where}: pp={pp:g} exceeds n_layers={model.n_layers}")
-  if ep > 1:
-    if not model.is_moe:
-      raise ValueError(f"{where}: ep={ep:g} needs an MoE model")
-    if model.n_experts % ep:
-      raise ValueError(f"{where}: ep={ep:g} must divide n_experts={model.n_experts}")
-    dp = gpus / mp
-    if (dp * cp * tp) % ep:
-      raise ValueError(f"{where}: ep={ep:g} must divide tp*dp*cp={dp * cp * tp:g} (expert "
-                       "ranks come from the TP, DP and CP ranks)")
+def _concrete(fields: dict) -> bool:
+  return all(_int(v) is not None for v in fields.values())
 
 
-def validate(plan: Plan, job: RLJob, cluster: Cluster) -> None:
+def _samples(job: RLJob) -> float:
+  """Samples per step for the batch rules (0, which every batch rule accepts, when traced)."""
+  p, s = job.prompts_per_step, job.samples_per_prompt
+  if not (pytree.is_concrete(p) and pytree.is_concrete(s)):
+    return 0.0
+  return float(np.asarray(p, dtype=float) * np.asarray(s, dtype=float))
+
+
+def _check_layout(where: str, job: RLJob, role: str, layout: Parallel, gpus: float,
+                  trained: bool, frameworks: tuple[str, ...], samples: float) -> None:
+  fields = rules.layout_fields(role_model(job, role), gpus, layout.tp, layout.pp, layout.cp,
+                               layout.ep, zero=layout.zero_stage,
+                               micro_batch=layout.micro_batch, samples=samples,
+                               mini_batch_samples=samples / job.mini_batches, trained=trained)
+  if _concrete(fields):
+    rules.check_rules("layout", fields, f"{where}: ", frameworks)
+
+
+def validate(plan: Plan, job: RLJob, cluster: Cluster, frameworks: tuple[str, ...] = ()) -> None:
   """Checks a concrete plan against the job and cluster.
+
+  The numeric rules come from the rule table (:mod:`costmodel._src.constraints`).
+
+  Args:
+    plan: The plan.
+    job: The job.
+    cluster: The cluster.
+    frameworks: Optional rule sets to check as well (``verl``, ``openrlhf``,
+      ``nemo_rl``: batch divisibility; ``zero3``: ZeRO-3 without TP/PP/EP).
 
   Raises:
     ValueError: naming what is wrong: an unknown or missing pool or role,
       pools larger than the cluster, degrees that do not divide the pool or
-      the model's heads, layers or experts.
+      the model's heads, layers or experts, a mode the placement cannot run.
   """
+  frameworks = tuple(frameworks)
+  rules.rules("pool", frameworks)  # rejects unknown rule sets early
+  samples = _samples(job)
   names = [p.name for p in plan.pools]
   if len(set(names)) != len(names):
     raise ValueError(f"Plan: pool names {names} must be unique")
@@ -315,12 +315,9 @@ def validate(plan: Plan, job: RLJob, cluster: Cluster) -> None:
   sizes = {p.name: _int(p.gpus) for p in plan.pools}
   if all(v is not None for v in sizes.values()):
     for name, v in sizes.items():
-      if v < 1 or v != int(v):
-        raise ValueError(f"Plan: pool {name!r} gpus={v:g} must be a positive integer")
-    total = sum(sizes.values())
-    if total > cluster.n_gpus:
-      raise ValueError(f"Plan: pools hold {total:g} GPUs, more than the cluster's "
-                       f"{cluster.n_gpus}")
+      rules.check_rules("pool", {"gpus": v}, f"Plan: pool {name!r} ")
+    rules.check_rules("pools", {"total": sum(sizes.values()), "cluster_gpus": cluster.n_gpus},
+                      "Plan: ")
   if plan.rollout_pool not in names:
     raise ValueError(f"Plan: rollout_pool={plan.rollout_pool!r} is not one of {names}")
   seen = set()
@@ -347,23 +344,22 @@ def validate(plan: Plan, job: RLJob, cluster: Cluster) -> None:
     gpus = sizes[r.pool]
     if gpus is None:
       continue
-    model = role_model(job, r.role)
     if r.train is not None:
-      _check_layout(f"Plan: {r.role} train layout", model, r.train, gpus)
-    _check_layout(f"Plan: {r.role} infer layout", model, r.infer_layout, gpus)
+      _check_layout(f"Plan: {r.role} train layout", job, r.role, r.train, gpus, True,
+                    frameworks, samples)
+    _check_layout(f"Plan: {r.role} infer layout", job, r.role, r.infer_layout, gpus, False,
+                  frameworks, samples)
   gpus = sizes[plan.rollout_pool]
   e = plan.engine
-  tp, pp, ep = _int(e.tp), _int(e.pp), _int(e.ep)
-  if gpus is not None and None not in (tp, pp, ep):
-    if gpus % (tp * pp):
-      raise ValueError(f"Plan: engine tp*pp={tp * pp:g} must divide the rollout pool's "
-                       f"{gpus:g} GPUs")
-    if job.actor.n_heads % tp:
-      raise ValueError(f"Plan: engine tp={tp:g} must divide n_heads={job.actor.n_heads}")
-    if pp > job.actor.n_layers:
-      raise ValueError(f"Plan: engine pp={pp:g} exceeds n_layers={job.actor.n_layers}")
-    if ep > 1 and (not job.actor.is_moe or ep != tp):
-      raise ValueError(f"Plan: engine ep={ep:g} must be 1 or equal tp={tp:g} on an MoE model")
+  fields = rules.engine_fields(job.actor, gpus, e.tp, e.pp, e.ep)
+  if gpus is not None and _concrete(fields):
+    rules.check_rules("engine", fields, "Plan: ", frameworks)
+  a, c = plan.role("actor"), plan.role("critic")
+  rules.check_rules("placement", {
+      "staleness": plan.mode.staleness, "actor_on_rollout": plan.shares_pool("actor"),
+      "fuse_training": plan.mode.fuse_training,
+      "critic_on_actor_pool": c is not None and a is not None and a.pool == c.pool}, "Plan: ",
+      labels={"rollout_pool": plan.rollout_pool})
   colocated = plan.shares_pool("actor")
   if e.sync_backend == "ipc" and not colocated:
     raise ValueError(f"Plan: engine sync_backend='ipc' needs the actor's training on the "
@@ -371,18 +367,11 @@ def validate(plan: Plan, job: RLJob, cluster: Cluster) -> None:
   if e.sync_backend == "reshard" and colocated:
     raise ValueError("Plan: engine sync_backend='reshard' needs the rollout pool apart from "
                      "the actor's training pool (use 'ipc' or 'per_tensor' when colocated)")
-  if plan.mode.staleness > 0 and plan.shares_pool("actor"):
-    raise ValueError(f"Plan: staleness={plan.mode.staleness} needs the rollout pool "
-                     f"{plan.rollout_pool!r} apart from the actor's training pool")
   rb = plan.mode.require_batches
   if rb is not None:
-    if plan.shares_pool("actor"):
+    if colocated:
       raise ValueError(f"Plan: require_batches={rb} (streaming) needs the rollout pool "
                        f"{plan.rollout_pool!r} apart from the actor's training pool")
     if job.mini_batches % rb:
       raise ValueError(f"Plan: require_batches={rb} must divide the job's "
                        f"mini_batches={job.mini_batches}")
-  if plan.mode.fuse_training:
-    a, c = plan.role("actor"), plan.role("critic")
-    if c is None or a.pool != c.pool:
-      raise ValueError("Plan: fuse_training=True needs a critic on the actor's pool")

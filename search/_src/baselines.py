@@ -11,7 +11,6 @@ jitted, vmapped call; a running top-k is kept.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 import time
@@ -20,35 +19,10 @@ import numpy as np
 
 import costmodel as cm
 from search._src import evaluate
+from search._src import result as result_lib
 from search._src import rounding
 from search._src import space as space_lib
-
-
-@dataclasses.dataclass(frozen=True)
-class BaselineResult:
-  """Best plans a baseline found.
-
-  Attributes:
-    method: ``enumerate``, ``random`` or ``annealing``.
-    family: The family searched.
-    best_plan: The fastest feasible plan (None when none was found).
-    best_estimate: Its exact estimate.
-    best_step_time_s: Its step time (inf when none was found).
-    top: Up to ``top_k`` (plan, estimate), fastest first.
-    evaluations: Exact evaluations.
-    space_size: Valid plans in the space (enumeration), else 0.
-    wall_time_s: Wall time, compilation included.
-  """
-
-  method: str
-  family: str
-  best_plan: cm.Plan | None
-  best_estimate: cm.Estimate | None
-  best_step_time_s: float
-  top: tuple
-  evaluations: int
-  space_size: int
-  wall_time_s: float
+from search._src.result import SearchResult
 
 
 class _Blocks:
@@ -107,46 +81,39 @@ class _Blocks:
 
 
 class _TopK:
-  """Running top-k of scored rows by the rounding objective."""
+  """Running top-k of scored rows (:func:`search._src.result.ranking`)."""
 
   def __init__(self, k: int):
     self.k = k
     self.ranked = None
 
   def add(self, values, scores: evaluate.Scores):
-    obj = rounding.objective(scores.step_time_s, scores.feasible, scores.excess)
-    take = np.argsort(obj, kind="stable")[:self.k]
-    new = rounding.Ranked(values[take], scores.step_time_s[take], scores.feasible[take],
-                          scores.excess[take])
-    if self.ranked is None:
-      merged = new
-    else:
-      merged = rounding.Ranked(*(np.concatenate([a, b], 0)
-                                 for a, b in zip(self.ranked, new, strict=True)))
-    obj = merged.objective
-    order = np.argsort(obj, kind="stable")
-    merged = rounding.Ranked(*(a[order] for a in merged))
-    _, first = np.unique(merged.values, axis=0, return_index=True)
-    first = np.sort(first)[:self.k]
-    self.ranked = rounding.Ranked(*(a[first] for a in merged))
+    take = result_lib.ranking(scores.step_time_s, scores.feasible, scores.excess)[:self.k]
+    new = result_lib.Ranked(values[take], scores.step_time_s[take], scores.feasible[take],
+                            scores.excess[take])
+    merged = result_lib.rank(*((self.ranked,) if self.ranked is not None else ()), new)
+    self.ranked = result_lib.Ranked(*(a[:self.k] for a in merged))
 
 
-def _result(method, fs, ev, top: _TopK, size, t0, top_k) -> BaselineResult:
+def _result(method, fs, ev, top: _TopK, size, t0, top_k) -> SearchResult:
   r = top.ranked
   plans = []
   if r is not None and r.feasible.any():
-    rows = np.flatnonzero(r.feasible)[:top_k]
-    ests = ev.estimates(r.values[rows])
-    for i, est in zip(rows, ests, strict=True):
-      plan = fs.to_plan(np.asarray(r.values[i], np.float64))
-      cm.validate_plan(plan, fs.job, fs.cluster)
-      plans.append((plan, est))
+    plans = result_lib.exact_plans(ev, r.values[np.flatnonzero(r.feasible)[:top_k]])
   best = plans[0] if plans else (None, None)
-  return BaselineResult(method=method, family=fs.family, best_plan=best[0],
-                        best_estimate=best[1],
-                        best_step_time_s=float(best[1].step_time_s) if plans else np.inf,
-                        top=tuple(plans), evaluations=ev.count, space_size=size,
-                        wall_time_s=time.perf_counter() - t0)
+  reason = None
+  if not plans:
+    reason = f"no feasible plan found in family {fs.family!r}"
+    if r is not None and len(r.values):
+      est = ev.estimates(r.values[:1])[0]
+      reason += "; the least-bad: " + result_lib.least_bad_reason(est)
+  return SearchResult(method=method, family=fs.family, best_plan=best[0],
+                      best_estimate=best[1], top=tuple(plans),
+                      top_families=(fs.family,) * len(plans), evaluations=ev.count,
+                      space_size=size, wall_time_s=time.perf_counter() - t0,
+                      infeasible_reason=reason,
+                      best_by_family_s={fs.family: float(best[1].step_time_s) if plans
+                                        else np.inf})
 
 
 def _family_space(job, cluster, family, space) -> space_lib.FamilySpace:
@@ -165,7 +132,7 @@ def space_size(job: cm.RLJob, cluster: cm.Cluster, family: str,
 def enumerate_plans(job: cm.RLJob, cluster: cm.Cluster, family: str,
                     space: space_lib.SpaceOptions | None = None, chunk_size: int = 65536,
                     top_k: int = 5, efficiency: cm.Efficiency | None = None,
-                    max_plans: int | None = None) -> BaselineResult:
+                    max_plans: int | None = None) -> SearchResult:
   """Scores every valid discrete plan of ``family`` exactly; keeps the top-k.
 
   Args:
@@ -212,7 +179,7 @@ def random_search(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_s: flo
                   seed: int = 0, space: space_lib.SpaceOptions | None = None,
                   batch: int = 4096, top_k: int = 5,
                   efficiency: cm.Efficiency | None = None,
-                  max_evaluations: int | None = None) -> BaselineResult:
+                  max_evaluations: int | None = None) -> SearchResult:
   """Uniform samples of the valid space scored exactly until ``budget_s``
   seconds have passed (at least one batch) or ``max_evaluations`` plans are
   scored, whichever comes first."""
@@ -236,7 +203,7 @@ def simulated_annealing(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_
                         seed: int = 0, space: space_lib.SpaceOptions | None = None,
                         chains: int = 1024, t_start: float = 0.1, t_end: float = 0.002,
                         top_k: int = 5, efficiency: cm.Efficiency | None = None,
-                        max_evaluations: int | None = None) -> BaselineResult:
+                        max_evaluations: int | None = None) -> SearchResult:
   """Batched simulated annealing on the exact model until ``budget_s`` (or
   ``max_evaluations`` scored plans).
 
@@ -255,7 +222,7 @@ def simulated_annealing(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_
   cur = blocks.sample(rng, chains)
   s = ev.scores(cur)
   top.add(cur, s)
-  cur_o = np.log(rounding.objective(s.step_time_s, s.feasible, s.excess))
+  cur_o = np.log(result_lib.objective(s.step_time_s, s.feasible, s.excess))
   limit = max_evaluations if max_evaluations is not None else np.inf
   while time.perf_counter() - t0 < budget_s and ev.count + chains <= limit:
     frac = min((time.perf_counter() - t0) / max(budget_s, 1e-9), 1.0)
@@ -275,7 +242,7 @@ def simulated_annealing(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_
     has[own[first]] = True
     s = ev.scores(prop)
     top.add(prop, s)
-    new_o = np.log(rounding.objective(s.step_time_s, s.feasible, s.excess))
+    new_o = np.log(result_lib.objective(s.step_time_s, s.feasible, s.excess))
     accept = has & (rng.uniform(size=chains) < np.exp(np.minimum(-(new_o - cur_o) / temp, 0.0)))
     cur[accept] = prop[accept]
     cur_o[accept] = new_o[accept]

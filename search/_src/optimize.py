@@ -26,59 +26,17 @@ import numpy as np
 import costmodel as cm
 from search._src import evaluate
 from search._src import relax
+from search._src import result as result_lib
 from search._src import rounding
 from search._src import space as space_lib
-
-
-@dataclasses.dataclass(frozen=True)
-class SearchResult:
-  """What :func:`optimize` found.
-
-  Attributes:
-    best_plan: The fastest feasible plan (None when nothing fits).
-    best_estimate: Its exact estimate.
-    family: The placement family of ``best_plan``.
-    top: The ``top_k`` fastest feasible plans as (plan, estimate), fastest
-      first.
-    top_families: The family of each entry of ``top``.
-    relaxed_bound_s: Per family, the best relaxed step time among starts that
-      end (nearly) feasible: the continuous optimum the rounding starts from
-      (NaN when no start ended feasible). It is a reference, not a strict
-      lower bound: the smooth maxima at the final temperature overestimate
-      the exact ones by up to ``2 ** tau_end`` (1.4% at 0.02) each, and the
-      starts are local optima.
-    best_by_family_s: Per family, the best exact step time found (inf when
-      none fits).
-    history: Per family, the best relaxed step time of the nearly feasible
-      starts at each optimisation step (numpy, inf before any is feasible).
-    wall_time_s: Wall time of the search, compilation included.
-    evaluations: Exact plan evaluations.
-    infeasible_reason: When nothing fits: which stage of the least-bad plan
-      does not fit and by how much; else None.
-  """
-
-  best_plan: cm.Plan | None
-  best_estimate: cm.Estimate | None
-  family: str | None
-  top: tuple
-  top_families: tuple
-  relaxed_bound_s: dict
-  best_by_family_s: dict
-  history: dict
-  wall_time_s: float
-  evaluations: int
-  infeasible_reason: str | None = None
-
-  @property
-  def feasible(self) -> bool:
-    return self.best_plan is not None
+from search._src.result import SearchResult
 
 
 @dataclasses.dataclass
 class _FamilyRun:
   fs: space_lib.FamilySpace
   ev: evaluate.Evaluator
-  ranked: rounding.Ranked
+  ranked: result_lib.Ranked
 
 
 def _progress(message: str) -> None:
@@ -109,7 +67,7 @@ def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, se
   ev = evaluate.Evaluator(fs, eff, chunk=chunk, full=True)
   cand = rounding.candidates(fs, out.values, rng, corners=corners)
   ranked = rounding.score(ev, cand)
-  ranked = rounding.local_search(ev, rounding.Ranked(*(a[:seeds] for a in ranked)))
+  ranked = rounding.local_search(ev, result_lib.Ranked(*(a[:seeds] for a in ranked)))
   return _FamilyRun(fs=fs, ev=ev, ranked=ranked), out
 
 
@@ -189,33 +147,32 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
     if progress:
       _progress(f"family {fam:<20} relaxed {bound[fam]:8.2f} s  rounded {best_by[fam]:8.2f} s"
                 f"  {run.ev.count:7d} evaluations  {time.perf_counter() - tf:.1f} s")
+  done = dict(method="optimize", relaxed_bound_s=bound, best_by_family_s=best_by,
+              history=history)
   if not runs:
-    return SearchResult(None, None, None, (), (), bound, best_by, history,
-                        time.perf_counter() - t0, 0,
-                        f"no family can hold the job on {cluster.n_gpus} GPUs "
-                        f"(tried {', '.join(skipped)})")
+    return SearchResult(wall_time_s=time.perf_counter() - t0,
+                        infeasible_reason=f"no family can hold the job on {cluster.n_gpus} "
+                        f"GPUs (tried {', '.join(skipped)})", **done)
+  evaluations = lambda: sum(r.ev.count for r in runs)
   # Rank every family's plans together.
-  entries = []
-  for k, run in enumerate(runs):
-    r = run.ranked
-    for i in range(len(r.feasible)):
-      entries.append((float(r.objective[i]), k, i))
-  entries.sort()
-  feasible = [(k, i) for _, k, i in entries if runs[k].ranked.feasible[i]]
-  if not entries:
-    return SearchResult(None, None, None, (), (), bound, best_by, history,
-                        time.perf_counter() - t0, sum(r.ev.count for r in runs),
-                        "no valid discrete plan: every rounded layout breaks a divisibility "
-                        f"rule of the pools ({', '.join(r.fs.family for r in runs)})")
+  owner = [(k, i) for k, run in enumerate(runs) for i in range(len(run.ranked.feasible))]
+  if not owner:
+    return SearchResult(wall_time_s=time.perf_counter() - t0, evaluations=evaluations(),
+                        infeasible_reason="no valid discrete plan: every rounded layout breaks "
+                        "a divisibility rule of the pools "
+                        f"({', '.join(r.fs.family for r in runs)})", **done)
+  cat = lambda field: np.concatenate([getattr(r.ranked, field) for r in runs], 0)
+  order = result_lib.ranking(cat("step_time_s"), cat("feasible"), cat("excess"))
+  entries = [owner[j] for j in order]
+  feasible = [(k, i) for k, i in entries if runs[k].ranked.feasible[i]]
   if not feasible:
-    _, k, i = entries[0]
+    k, i = entries[0]
     run = runs[k]
     est = run.ev.estimates(run.ranked.values[i:i + 1])[0]
-    reasons = est.violations or ("no stage fits",)
     reason = (f"no feasible plan in families {', '.join(r.fs.family for r in runs)}; the "
-              f"least-bad ({run.fs.family}): " + "; ".join(reasons))
-    return SearchResult(None, None, None, (), (), bound, best_by, history,
-                        time.perf_counter() - t0, sum(r.ev.count for r in runs), reason)
+              f"least-bad ({run.fs.family}): " + result_lib.least_bad_reason(est))
+    return SearchResult(wall_time_s=time.perf_counter() - t0,
+                        evaluations=evaluations(), infeasible_reason=reason, **done)
   # Distinct plans: variables that do not change the step time (a memory
   # fraction on a pool with room to spare, an unused offload) give ties;
   # keep the first of each.
@@ -228,20 +185,17 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
     chosen.append((k, i))
     if len(chosen) == top_k:
       break
-  top, top_fams = [], []
+  top = []
   for k in sorted({k for k, _ in chosen}):
     run = runs[k]
     rows = [i for kk, i in chosen if kk == k]
-    ests = run.ev.estimates(run.ranked.values[rows])
-    for i, est in zip(rows, ests, strict=True):
-      plan = run.fs.to_plan(np.asarray(run.ranked.values[i], np.float64))
-      cm.validate_plan(plan, job, cluster)
+    for i, (plan, est) in zip(rows, result_lib.exact_plans(run.ev, run.ranked.values[rows]),
+                              strict=True):
       top.append((chosen.index((k, i)), plan, est, run.fs.family))
   top.sort(key=lambda e: e[0])
   plans = tuple((p, e) for _, p, e, _ in top)
   top_fams = tuple(f for _, _, _, f in top)
   return SearchResult(best_plan=plans[0][0], best_estimate=plans[0][1], family=top_fams[0],
-                      top=plans, top_families=top_fams, relaxed_bound_s=bound,
-                      best_by_family_s=best_by, history=history,
+                      top=plans, top_families=top_fams,
                       wall_time_s=time.perf_counter() - t0,
-                      evaluations=sum(r.ev.count for r in runs))
+                      evaluations=evaluations(), **done)

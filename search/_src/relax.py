@@ -110,7 +110,7 @@ def _objective(fs_static, job, cluster, eff, x, tau, weight):
   plan = structure.to_plan(v)
   est = cm.estimate(job, plan, cluster, eff, tau=tau)
   penalty = (space_lib.memory_excess(structure, v, est, job, cluster)
-             + space_lib.layout_violation(structure, v))
+             + space_lib.layout_violation(structure, v, job))
   step = est.step_time_s
   loss = jnp.log(jnp.maximum(step, 1e-9)) + weight * penalty
   return loss, (step, penalty)
@@ -253,10 +253,10 @@ def run(fs: space_lib.FamilySpace, job: cm.RLJob, cluster: cm.Cluster, eff: cm.E
   if pad:
     rep = lambda a: np.concatenate([a, np.repeat(a[-1:], pad, 0)], 0)
     x0, lo, hi = rep(x0), rep(lo), rep(hi)
+  # Categorical variables and those with one option (the pool of a one-pool
+  # placement, which holds the whole cluster) stay where they start.
   trainable = np.asarray([0.0 if v.kind == space_lib.CAT or len(v.options) == 1 else 1.0
                           for v in fs.vars], np.float32)
-  if fs.family == "colocated":
-    trainable[fs.index("pool.all")] = 0.0
   x0, lo, hi = (np.asarray(a, np.float32) for a in (x0, lo, hi))
   x0s, los, his = shard_starts(x0, lo, hi)
   out = _run(_Static(fs), cfg, job, cluster, eff, x0s, los, his, jnp.asarray(trainable))

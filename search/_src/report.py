@@ -7,16 +7,15 @@ import math
 import numpy as np
 
 import costmodel as cm
-from search._src.optimize import SearchResult
-from search._src.planfile import describe
-from search._src.rules import RuleResult
+from export import describe
+from search._src.result import SearchResult
 
 
 def _fmt_s(x: float) -> str:
   return f"{x:10.2f}" if math.isfinite(x) else f"{'-':>10}"
 
 
-def format_result(result: SearchResult, rules: tuple[RuleResult, ...] = ()) -> str:
+def format_result(result: SearchResult, rules: tuple[SearchResult, ...] = ()) -> str:
   """The search's families, top plans with the best plan's stage breakdown,
   and the rules of thumb with the searched plan's speed-up over each."""
   lines = [f"search: {result.wall_time_s:.1f} s, {result.evaluations:,} exact evaluations", "",
@@ -37,9 +36,9 @@ def format_result(result: SearchResult, rules: tuple[RuleResult, ...] = ()) -> s
     lines += ["", "rules of thumb:",
               f"{'rule':<10}{'family':<22}{'step (s)':>10}{'speed-up':>10}  layout"]
     for r in rules:
-      speed = r.step_time_s / best if r.feasible else float("nan")
-      layout = describe(r.plan) if r.plan is not None else "does not fit"
-      lines.append(f"{r.name:<10}{r.family:<22}{_fmt_s(r.step_time_s)}"
+      speed = r.best_step_time_s / best if r.feasible else float("nan")
+      layout = describe(r.best_plan) if r.feasible else "does not fit"
+      lines.append(f"{r.method:<10}{r.family or '-':<22}{_fmt_s(r.best_step_time_s)}"
                    f"{(f'{speed:9.2f}x' if np.isfinite(speed) else '        -')}  {layout}")
   return "\n".join(lines)
 

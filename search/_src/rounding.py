@@ -25,12 +25,13 @@ move helps, with GPUs moved between two pools as one move.
 from __future__ import annotations
 
 import itertools
-from typing import NamedTuple
 
 import numpy as np
 
 from search._src import evaluate
+from search._src import result as result_lib
 from search._src import space as space_lib
+from search._src.result import Ranked
 
 
 def _unique_rows(values: np.ndarray) -> np.ndarray:
@@ -172,52 +173,19 @@ def neighbours(fs: space_lib.FamilySpace, values: np.ndarray,
   return nbs[ok], own[ok]
 
 
-class Ranked(NamedTuple):
-  """Scored discrete plans of one family, best first (numpy)."""
-
-  values: np.ndarray
-  step_time_s: np.ndarray
-  feasible: np.ndarray
-  excess: np.ndarray
-
-  @property
-  def objective(self) -> np.ndarray:
-    return objective(self.step_time_s, self.feasible, self.excess)
-
-
-_INFEASIBLE = 1e12
-
-
-def objective(step_time_s, feasible, excess) -> np.ndarray:
-  """One number to minimise: the step time of a feasible plan; above every
-  feasible plan, the memory excess of an infeasible one."""
-  t = np.where(np.isfinite(step_time_s), step_time_s, _INFEASIBLE)
-  return np.where(feasible, t, _INFEASIBLE * (1.0 + np.nan_to_num(excess, nan=1e6)))
-
-
-def _rank(values, t, f, x) -> Ranked:
-  obj = objective(t, f, x)
-  order = np.argsort(obj, kind="stable")
-  v, t, f, x = values[order], t[order], f[order], x[order]
-  if len(v):
-    _, first = np.unique(v, axis=0, return_index=True)
-    first = np.sort(first)
-    v, t, f, x = v[first], t[first], f[first], x[first]
-  return Ranked(v, t, f, x)
-
-
 def score(ev: evaluate.Evaluator, values: np.ndarray) -> Ranked:
-  """Scores rows exactly and ranks them by :func:`objective` (duplicates
-  dropped)."""
+  """Scores rows exactly and ranks them (:func:`search._src.result.rank`,
+  duplicates dropped)."""
   if values.shape[0] == 0:
     z = np.zeros((0,))
     return Ranked(values, z, z.astype(bool), z)
   s = ev.scores(values)
-  return _rank(values, s.step_time_s, s.feasible, s.excess)
+  return result_lib.rank(Ranked(values, s.step_time_s, s.feasible, s.excess))
 
 
 def local_search(ev: evaluate.Evaluator, seeds: Ranked, max_iters: int = 50) -> Ranked:
-  """Best-improvement discrete descent of :func:`objective` from each seed.
+  """Best-improvement discrete descent of the ranking objective
+  (:func:`search._src.result.objective`) from each seed.
 
   Each iteration scores every active point's single-move neighbours in one
   batch; points that cannot improve by one move try pairs of moves; points
@@ -242,7 +210,7 @@ def local_search(ev: evaluate.Evaluator, seeds: Ranked, max_iters: int = 50) -> 
       break
     s = ev.scores(nbs)
     visited.append(Ranked(nbs, s.step_time_s, s.feasible, s.excess))
-    o = objective(s.step_time_s, s.feasible, s.excess)
+    o = result_lib.objective(s.step_time_s, s.feasible, s.excess)
     best_o = np.full(len(cur_v), np.inf)
     np.minimum.at(best_o, own, o)
     improved = best_o < cur_o * (1 - 1e-6)
@@ -260,8 +228,4 @@ def local_search(ev: evaluate.Evaluator, seeds: Ranked, max_iters: int = 50) -> 
       _, first = np.unique(cur_v, axis=0, return_index=True)
       first = np.sort(first)
       cur_v, cur_o, use_pairs = cur_v[first], cur_o[first], use_pairs[first]
-  v = np.concatenate([r.values for r in visited], 0)
-  t = np.concatenate([r.step_time_s for r in visited], 0)
-  f = np.concatenate([r.feasible for r in visited], 0)
-  x = np.concatenate([r.excess for r in visited], 0)
-  return _rank(v, t, f, x)
+  return result_lib.rank(*visited)

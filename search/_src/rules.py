@@ -27,41 +27,18 @@ fits. The engine's tensor parallelism starts at the rule's value and doubles
 
 from __future__ import annotations
 
-import dataclasses
+import time
 
 import numpy as np
 
 import costmodel as cm
 from search._src import evaluate
+from search._src import result as result_lib
 from search._src import space as space_lib
+from search._src.result import SearchResult
 
 _MICRO_BATCHES = (8, 4, 2, 1)
 _MAX_SEQS = 1024.0
-
-
-@dataclasses.dataclass(frozen=True)
-class RuleResult:
-  """A rule of thumb's plan.
-
-  Attributes:
-    name: Rule name.
-    description: One line on what the rule does.
-    family: The placement family the rule's plan belongs to.
-    plan: The plan (None when no layout of the rule fits).
-    estimate: Its exact estimate (of the least-bad layout when none fits).
-    feasible: Whether the plan fits in memory.
-  """
-
-  name: str
-  description: str
-  family: str
-  plan: cm.Plan | None
-  estimate: cm.Estimate | None
-  feasible: bool
-
-  @property
-  def step_time_s(self) -> float:
-    return float(self.estimate.step_time_s) if self.feasible else float("inf")
 
 
 def _degree_ladder(fs: space_lib.FamilySpace, role: str) -> list[dict]:
@@ -130,20 +107,33 @@ def _runs(fs: space_lib.FamilySpace, row: np.ndarray) -> bool:
   return True
 
 
-def _pick(name: str, description: str, fs: space_lib.FamilySpace | None, rows,
-          eff: cm.Efficiency | None) -> RuleResult:
-  family = fs.family if fs is not None else "-"
+def _pick(name: str, description: str, family: str, fs: space_lib.FamilySpace | None, rows,
+          eff: cm.Efficiency | None) -> SearchResult:
+  """The rule's plan: the first of its candidate rows (in the rule's order of
+  preference) that runs and fits, else the least-bad one."""
+  t0 = time.perf_counter()
   rows = [r for r in rows if fs is not None and _runs(fs, r)]
   if not rows:
-    return RuleResult(name, description, family, None, None, False)
+    return SearchResult(method=name, description=description, family=family,
+                        infeasible_reason=f"no layout of the rule runs in family {family!r}",
+                        wall_time_s=time.perf_counter() - t0)
   ev = evaluate.Evaluator(fs, eff, full=True)
   values = np.stack(rows)
   s = ev.scores(values)
-  ok = np.flatnonzero(s.feasible)
-  i = int(ok[0]) if len(ok) else int(np.argmin(s.excess))
-  est = ev.estimates(values[i:i + 1])[0]
-  plan = fs.to_plan(np.asarray(values[i], np.float64))
-  return RuleResult(name, description, family, plan if len(ok) else None, est, bool(len(ok)))
+  # A rule takes the first layout in its own order that fits, not the fastest:
+  # its order of preference stands in for the step time of the ranking.
+  i = int(result_lib.ranking(np.arange(len(values), dtype=float), s.feasible, s.excess)[0])
+  if not s.feasible[i]:
+    est = ev.estimates(values[i:i + 1])[0]
+    return SearchResult(method=name, description=description, family=family,
+                        evaluations=ev.count, wall_time_s=time.perf_counter() - t0,
+                        infeasible_reason=result_lib.least_bad_reason(est))
+  top = tuple(result_lib.exact_plans(ev, values[i:i + 1]))
+  return SearchResult(method=name, description=description, family=family,
+                      best_plan=top[0][0], best_estimate=top[0][1], top=top,
+                      top_families=(family,), evaluations=ev.count,
+                      wall_time_s=time.perf_counter() - t0,
+                      best_by_family_s={family: float(top[0][1].step_time_s)})
 
 
 def _round_pools(fs: space_lib.FamilySpace, shares: dict) -> dict:
@@ -164,60 +154,74 @@ def _round_pools(fs: space_lib.FamilySpace, shares: dict) -> dict:
   return {p: float(g) for p, g in zip(names, out, strict=True)}
 
 
+def _family(family: str, job: cm.RLJob, cluster: cm.Cluster):
+  """A rule's placement record and its space (None when it cannot hold the job)."""
+  return cm.placement(family), space_lib.build(family, job, cluster)
+
+
+def _not_held(name: str, description: str, family: str, cluster: cm.Cluster) -> SearchResult:
+  return SearchResult(method=name, description=description, family=family,
+                      infeasible_reason=f"family {family!r} cannot hold the job on "
+                      f"{cluster.n_gpus} GPUs")
+
+
 def verl_default(job: cm.RLJob, cluster: cm.Cluster,
-                 efficiency: cm.Efficiency | None = None) -> RuleResult:
+                 efficiency: cm.Efficiency | None = None) -> SearchResult:
   """veRL's default hybrid-engine layout (colocated, FSDP, rollout TP 2, 0.5)."""
-  fs = space_lib.build("colocated", job, cluster)
-  rows = _rows(fs, {"all": float(cluster.n_gpus)}, 2.0, 0.5, _MAX_SEQS)
-  return _pick("verl", "colocated, FSDP, rollout TP=2, memory 0.5", fs, rows, efficiency)
+  place, fs = _family("colocated", job, cluster)
+  rows = _rows(fs, {place.rollout_pool: float(cluster.n_gpus)}, 2.0, 0.5, _MAX_SEQS)
+  return _pick("verl", "colocated, FSDP, rollout TP=2, memory 0.5", place.name, fs, rows,
+               efficiency)
 
 
 def openrlhf_split(job: cm.RLJob, cluster: cm.Cluster,
-                   efficiency: cm.Efficiency | None = None) -> RuleResult:
+                   efficiency: cm.Efficiency | None = None) -> SearchResult:
   """OpenRLHF's equal split (vLLM : actor : critic = 1:1:1; 1:1 without a critic)."""
-  if job.has_critic:
-    fs = space_lib.build("split3", job, cluster)
-    shares = {"gen": 1 / 3, "actor": 1 / 3, "critic": 1 / 3}
+  if cm.placement("split3").applies_to(job):
+    place, fs = _family("split3", job, cluster)
     desc = "vLLM:actor:critic = 1:1:1, ZeRO-3, vLLM TP=1, memory 0.95"
   else:
-    fs = space_lib.build("split", job, cluster)
-    shares = {"gen": 0.5, "train": 0.5}
+    place, fs = _family("split", job, cluster)
     desc = "vLLM:training = 1:1, ZeRO-3, vLLM TP=1, memory 0.95"
   if fs is None:
-    return RuleResult("openrlhf", desc, "-", None, None, False)
+    return _not_held("openrlhf", desc, place.name, cluster)
+  # Equal shares for the rollout pool and each pool of the other roles.
+  shares = dict.fromkeys(place.pools, 1 / len(place.pools))
   rows = _rows(fs, _round_pools(fs, shares), 1.0, 0.95, _MAX_SEQS)
-  return _pick("openrlhf", desc, fs, rows, efficiency)
+  return _pick("openrlhf", desc, place.name, fs, rows, efficiency)
 
 
 def areal_split(job: cm.RLJob, cluster: cm.Cluster,
-                efficiency: cm.Efficiency | None = None) -> RuleResult:
+                efficiency: cm.Efficiency | None = None) -> SearchResult:
   """AReaL's asynchronous layout with 3/4 of the GPUs generating."""
-  fs = space_lib.build("split_async_partial", job, cluster)
+  place, fs = _family("split_async_partial", job, cluster)
   desc = "3/4 of GPUs generate, asynchronous (staleness 1, partial rollouts)"
   if fs is None:
-    return RuleResult("areal", desc, "-", None, None, False)
-  rows = _rows(fs, _round_pools(fs, {"gen": 0.75, "train": 0.25}), 1.0, 0.9, _MAX_SEQS)
-  return _pick("areal", desc, fs, rows, efficiency)
+    return _not_held("areal", desc, place.name, cluster)
+  shares = {place.rollout_pool: 0.75, place.pool_of("actor"): 0.25}
+  rows = _rows(fs, _round_pools(fs, shares), 1.0, 0.9, _MAX_SEQS)
+  return _pick("areal", desc, place.name, fs, rows, efficiency)
 
 
 def kv_fit_split(job: cm.RLJob, cluster: cm.Cluster,
-                 efficiency: cm.Efficiency | None = None) -> RuleResult:
+                 efficiency: cm.Efficiency | None = None) -> SearchResult:
   """The fewest GPUs whose KV cache holds the batch generate; the rest train."""
-  fs = space_lib.build("split", job, cluster)
+  place, fs = _family("split", job, cluster)
   desc = "fewest GPUs whose KV cache holds the batch generate, the rest train"
   if fs is None:
-    return RuleResult("kv_fit", desc, "-", None, None, False)
+    return _not_held("kv_fit", desc, place.name, cluster)
+  gen, train = f"pool.{place.rollout_pool}", f"pool.{place.pool_of('actor')}"
   n = cluster.n_gpus
   n_seq = float(job.generated_samples_per_step)
   ev = evaluate.Evaluator(fs, efficiency, full=True)
   chosen = None
-  for g in fs.var("pool.gen").options:
-    rest_opts = fs.var("pool.train").options
+  for g in fs.var(gen).options:
+    rest_opts = fs.var(train).options
     rest = rest_opts[rest_opts <= n - g]
     if not len(rest):
       break
-    rows = [r for r in _rows(fs, {"gen": float(g), "train": float(rest[-1])}, 1.0, 0.9,
-                             max(n_seq, 1.0)) if _runs(fs, r)]
+    pools = {place.rollout_pool: float(g), place.pool_of("actor"): float(rest[-1])}
+    rows = [r for r in _rows(fs, pools, 1.0, 0.9, max(n_seq, 1.0)) if _runs(fs, r)]
     if not rows:
       continue
     values = np.stack(rows)
@@ -231,12 +235,14 @@ def kv_fit_split(job: cm.RLJob, cluster: cm.Cluster,
     if float(est.gen_concurrency) * replicas >= n_seq * (1 - 1e-6):
       break
   if chosen is None:
-    return RuleResult("kv_fit", desc, "split", None, None, False)
-  return _pick("kv_fit", desc, fs, [chosen], efficiency)
+    return SearchResult(method="kv_fit", description=desc, family=place.name,
+                        evaluations=ev.count,
+                        infeasible_reason="no rollout pool size of the rule fits")
+  return _pick("kv_fit", desc, place.name, fs, [chosen], efficiency)
 
 
 def rules_of_thumb(job: cm.RLJob, cluster: cm.Cluster,
-                   efficiency: cm.Efficiency | None = None) -> tuple[RuleResult, ...]:
+                   efficiency: cm.Efficiency | None = None) -> tuple[SearchResult, ...]:
   """Every rule of thumb's plan for ``job`` on ``cluster``."""
   return tuple(rule(job, cluster, efficiency)
                for rule in (verl_default, openrlhf_split, areal_split, kv_fit_split))

@@ -1,16 +1,8 @@
 """The search space: placement families and the layout variables inside each.
 
-A *family* fixes which roles share a GPU pool and the execution mode:
-
-* ``colocated``: every role and the rollout engines on one pool of the whole
-  cluster, synchronous (veRL's hybrid engine);
-* ``split``: the engines on a rollout pool, every other role on one training
-  pool, synchronous (OpenRLHF);
-* ``split_async``: the same pools, staleness 1 (one-step-off-policy);
-* ``split_async_partial``: staleness 1 with partial rollouts (fully
-  asynchronous, the generation tail carried over);
-* ``split3`` (jobs with a critic): a rollout pool, an actor + reference pool
-  and a critic (+ reward model) pool, synchronous.
+A *family* is a registered :class:`costmodel.Placement` (see
+:func:`costmodel.placements`): it fixes the pools, which role sits on which,
+the rollout pool, the execution mode and the jobs it applies to.
 
 The family is *enumerated*, not relaxed: the search optimises inside each
 family and compares the families' rounded plans exactly. Inside a family every
@@ -46,24 +38,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import costmodel as cm
-from costmodel._src.plan import required_roles
 
-FAMILIES = ("colocated", "split", "split_async", "split_async_partial", "split3")
+# Names of the registered placement families, in registry order.
+FAMILIES = tuple(p.name for p in cm.placements())
 
-_FAMILY_POOLS = {
-    "colocated": ("all",),
-    "split": ("gen", "train"),
-    "split_async": ("gen", "train"),
-    "split_async_partial": ("gen", "train"),
-    "split3": ("gen", "actor", "critic"),
-}
-_FAMILY_MODES = {
-    "colocated": (0, False),
-    "split": (0, False),
-    "split_async": (1, False),
-    "split_async_partial": (1, True),
-    "split3": (0, False),
-}
 # Roles that carry their own parallel degrees (the reference follows the actor).
 _LAYOUT_ROLES = ("actor", "critic", "reward")
 _TRAINED = ("actor", "critic")
@@ -156,19 +134,7 @@ class Var(NamedTuple):
 
 def default_families(job: cm.RLJob) -> tuple[str, ...]:
   """Families that apply to ``job`` (``split3`` needs a critic)."""
-  fams = ["colocated", "split", "split_async", "split_async_partial"]
-  if job.has_critic:
-    fams.append("split3")
-  return tuple(fams)
-
-
-def role_pool(family: str, role: str) -> str:
-  """The pool a role lives on in ``family``."""
-  if family == "colocated":
-    return "all"
-  if family == "split3":
-    return "actor" if role in ("actor", "reference") else "critic"
-  return "train"
+  return tuple(p.name for p in cm.placements(job))
 
 
 def pool_sizes(cluster: cm.Cluster) -> np.ndarray:
@@ -189,13 +155,16 @@ class Structure:
   n_gpus: int
 
   @property
+  def placement(self) -> cm.Placement:
+    return cm.placement(self.family)
+
+  @property
   def pools(self) -> tuple[str, ...]:
-    return _FAMILY_POOLS[self.family]
+    return self.placement.pools
 
   @property
   def mode(self) -> cm.Mode:
-    staleness, partial = _FAMILY_MODES[self.family]
-    return cm.Mode(staleness=staleness, partial_rollout=partial)
+    return self.placement.mode
 
   def index(self, name: str) -> int:
     return self.names.index(name)
@@ -204,7 +173,7 @@ class Structure:
     """The plan of one value vector ``v`` (numpy: concrete; jax: traceable)."""
     concrete = isinstance(v, np.ndarray)
     get = (lambda n: float(v[self.index(n)])) if concrete else (lambda n: v[self.index(n)])
-    pools = tuple(cm.Pool(p, get(f"pool.{p}")) for p in self.pools)
+    pool_gpus = {p: get(f"pool.{p}") for p in self.pools}
 
     def layout(role: str, mb: str, offload_role: str | None = None) -> cm.Parallel:
       return cm.Parallel(tp=get(f"{role}.tp"), pp=get(f"{role}.pp"), cp=get(f"{role}.cp"),
@@ -213,16 +182,9 @@ class Structure:
                          recompute=get(f"{role}.recompute") if role in _TRAINED else 0.0,
                          offload=get(f"{offload_role or role}.offload"))
 
-    roles = []
-    for role in self.roles:
-      pool = role_pool(self.family, role)
-      if role in _TRAINED:
-        roles.append(cm.RolePlan(role, pool, train=layout(role, "mb_train"),
-                                 infer=layout(role, "mb_infer")))
-      elif role == "reference":
-        roles.append(cm.RolePlan(role, pool, infer=layout("actor", "mb_infer", "reference")))
-      else:
-        roles.append(cm.RolePlan(role, pool, infer=layout(role, "mb_infer")))
+    train = {r: layout(r, "mb_train") for r in self.roles if r in _TRAINED}
+    infer = {r: layout("actor", "mb_infer", "reference") if r == "reference"
+             else layout(r, "mb_infer") for r in self.roles}
     tp = get("engine.tp")
     ep_on = get("engine.ep")
     if concrete:
@@ -232,20 +194,24 @@ class Structure:
     engine = cm.Engine(tp=tp, pp=get("engine.pp"), ep=ep,
                        memory_fraction=get("engine.memory_fraction"),
                        max_seqs=get("engine.max_seqs"))
-    return cm.Plan(pools=pools, roles=tuple(roles), engine=engine, rollout_pool="gen"
-                   if self.family != "colocated" else "all", mode=self.mode)
+    return self.placement.plan(pool_gpus, self.roles, engine, train=train, infer=infer)
 
 
 def _tp_options(model: cm.ModelSpec, hi: int) -> list[int]:
-  """Powers of two up to ``hi`` that pass the cost model's head checks."""
-  out = []
-  for t in _powers_of_two(hi):
-    if model.n_heads % t:
-      continue
-    if not model.is_mla and model.n_kv_heads % t and t % model.n_kv_heads:
-      continue
-    out.append(t)
-  return out
+  """Powers of two up to ``hi`` that pass the rule table's head rules."""
+  t = np.asarray(_powers_of_two(hi), dtype=np.float64)
+  ok = cm.rule_mask("layout", cm.layout_fields(model, t, t, 1.0, 1.0, 1.0),
+                    only=("tp_divides_heads", "tp_kv_heads"))
+  return [int(x) for x in t[ok]]
+
+
+# Optional rule sets the search's layouts obey: ZeRO-3 shards over data-parallel
+# ranks only.
+_SEARCH_RULES = ("zero3",)
+
+
+def _role_model(job: cm.RLJob, role: str) -> cm.ModelSpec:
+  return {"actor": job.actor, "critic": job.critic, "reward": job.reward_model}[role]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -292,7 +258,7 @@ class FamilySpace:
     return values[..., self.index(name)]
 
   def pool_of(self, values: np.ndarray, role: str) -> np.ndarray:
-    return self.col(values, f"pool.{role_pool(self.family, role)}")
+    return self.col(values, f"pool.{self.structure.placement.pool_of(role)}")
 
   @property
   def blocks(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -309,10 +275,12 @@ class FamilySpace:
   def valid(self, values: np.ndarray, blocks=None) -> np.ndarray:
     """Which value vectors give a plan that runs (and is not a duplicate).
 
-    Mirrors :func:`costmodel.validate_plan` (degrees divide the pools, ZeRO-3
-    only without TP/PP/EP, pools within the cluster) and drops equivalent
-    duplicates: a micro-batch or concurrency cap above what a rank or engine
-    holds acts like the smallest option that covers it.
+    The rules are the cost model's rule table (:data:`costmodel.RULES`, read
+    by :func:`costmodel.rule_mask`): those :func:`costmodel.validate_plan`
+    checks plus the optional ``zero3`` set (ZeRO-3 only without TP/PP/EP).
+    It also drops equivalent duplicates: a micro-batch or concurrency cap
+    above what a rank or engine holds acts like the smallest option that
+    covers it.
 
     Args:
       values: [..., V] value vectors.
@@ -323,30 +291,26 @@ class FamilySpace:
     check = set(b for b, _ in self.blocks) if blocks is None else set(blocks)
     ok = np.ones(values.shape[:-1], dtype=bool)
     if "pools" in check:
-      pool_cols = [self.col(values, f"pool.{p}") for p in self.structure.pools]
-      ok &= sum(pool_cols) <= self.cluster.n_gpus + 1e-9
+      for p in self.structure.pools:
+        ok &= cm.rule_mask("pool", {"gpus": self.col(values, f"pool.{p}")})
+      ok &= cm.rule_mask("pools", self._pools_fields(values))
     samples = float(self.job.samples_per_step)
     train_batch = samples / self.job.mini_batches
     for role in _LAYOUT_ROLES:
       if role not in self.structure.roles or role not in check:
         continue
-      g = self.pool_of(values, role)
-      tp, pp, cp, ep = (self.col(values, f"{role}.{d}") for d in ("tp", "pp", "cp", "ep"))
-      mp = tp * pp * cp
-      ok &= np.mod(g, mp) == 0
-      dp = g / mp
-      ok &= np.mod(np.round(dp * cp), ep) == 0
-      zero3 = self.col(values, f"{role}.zero") == 3
-      ok &= ~zero3 | ((tp == 1) & (pp == 1) & (ep == 1))
+      fields = self._layout_fields(values, role)
+      ok &= cm.rule_mask("layout", fields, _SEARCH_RULES)
+      dp = fields["gpus"] / (fields["tp"] * fields["pp"] * fields["cp"])
       mb_names = ("mb_train", "mb_infer") if role in _TRAINED else ("mb_infer",)
       for mb_name in mb_names:
         mb = self.col(values, f"{role}.{mb_name}")
         per_rank = (train_batch if mb_name == "mb_train" else samples) / dp
         ok &= (mb < 2.0 * per_rank) | (mb == self.var(f"{role}.{mb_name}").options[0])
     if "engine" in check:
-      g = self.col(values, f"pool.{self.rollout_pool}")
-      etp, epp = self.col(values, "engine.tp"), self.col(values, "engine.pp")
-      ok &= np.mod(g, etp * epp) == 0
+      fields = self._engine_fields(values)
+      ok &= cm.rule_mask("engine", fields)
+      g, etp, epp = fields["gpus"], fields["tp"], fields["pp"]
       n_r = float(self.job.generated_samples_per_step) / (g / (etp * epp))
       ms = self.col(values, "engine.max_seqs")
       ok &= (ms < 2.0 * n_r) | (ms == self.var("engine.max_seqs").options[0])
@@ -354,19 +318,40 @@ class FamilySpace:
 
   @property
   def rollout_pool(self) -> str:
-    return "all" if self.family == "colocated" else "gen"
+    return self.structure.placement.rollout_pool
+
+  def _layout_fields(self, values: np.ndarray, role: str) -> dict:
+    """The rule table's ``layout`` fields of ``role`` over rows of values."""
+    tp, pp, cp, ep = (self.col(values, f"{role}.{d}") for d in ("tp", "pp", "cp", "ep"))
+    return cm.layout_fields(_role_model(self.job, role), self.pool_of(values, role), tp, pp, cp,
+                            ep, zero=self.col(values, f"{role}.zero"))
+
+  def _engine_fields(self, values: np.ndarray) -> dict:
+    """The rule table's ``engine`` fields over rows of values."""
+    etp = self.col(values, "engine.tp")
+    ep = np.where(self.col(values, "engine.ep") > 0.5, etp, 1.0)
+    return cm.engine_fields(self.job.actor, self.col(values, f"pool.{self.rollout_pool}"), etp,
+                            self.col(values, "engine.pp"), ep)
+
+  def _pools_fields(self, values: np.ndarray) -> dict:
+    total = sum(self.col(values, f"pool.{p}") for p in self.structure.pools)
+    return {"total": total, "cluster_gpus": float(self.cluster.n_gpus)}
+
+  def _violated(self, scope: str, fields: dict, rule: str) -> np.ndarray:
+    """Rows that break the table's rule ``rule``."""
+    return cm.rule_violations(scope, fields, _SEARCH_RULES, only=(rule,))[rule] > 0
 
   def repair(self, values: np.ndarray) -> np.ndarray:
     """Moves value vectors towards validity: ZeRO-3 drops TP/PP/EP, degrees that
-    do not divide their pool are halved (pp, then cp, then tp), oversized pools
-    shrink. The result may still be invalid; :meth:`valid` decides."""
+    do not divide their pool are halved (pp, then cp, then tp), expert degrees
+    that do not fold into a pipeline stage are halved, oversized pools shrink.
+    Which rule a row breaks comes from the rule table. The result may still be
+    invalid; :meth:`valid` decides."""
     v = np.array(values, dtype=np.float64, copy=True)
     idx = self.index
-    n = self.cluster.n_gpus
     pool_names = [f"pool.{p}" for p in self.structure.pools]
     for _ in range(len(self.var(pool_names[0]).options)):
-      total = sum(v[..., idx(p)] for p in pool_names)
-      over = total > n + 1e-9
+      over = self._violated("pools", self._pools_fields(v), "pools_within_cluster")
       if not over.any():
         break
       cols = np.stack([v[..., idx(p)] for p in pool_names], -1)
@@ -377,13 +362,11 @@ class FamilySpace:
     for role in _LAYOUT_ROLES:
       if role not in self.structure.roles:
         continue
-      zero3 = v[..., idx(f"{role}.zero")] == 3
+      zero3 = self._violated("layout", self._layout_fields(v, role), "zero3_alone")
       for d in ("tp", "pp", "ep"):
         v[zero3, idx(f"{role}.{d}")] = 1.0
-      g = self.pool_of(v, role)
       for _ in range(16):
-        mp = v[..., idx(f"{role}.tp")] * v[..., idx(f"{role}.pp")] * v[..., idx(f"{role}.cp")]
-        bad = np.mod(g, mp) != 0
+        bad = self._violated("layout", self._layout_fields(v, role), "layout_divides_pool")
         if not bad.any():
           break
         for d in ("pp", "cp", "tp"):
@@ -392,12 +375,11 @@ class FamilySpace:
           v[sel, idx(f"{role}.{d}")] = col[sel] / 2
           bad &= ~sel
       for _ in range(16):
-        tp, pp, ep = (v[..., idx(f"{role}.{d}")] for d in ("tp", "pp", "ep"))
-        dpcp = np.round(g / (tp * pp))
-        bad = (np.mod(dpcp, ep) != 0) & (ep > 1)
+        bad = self._violated("layout", self._layout_fields(v, role), "ep_folds_into_stage")
         if not bad.any():
           break
-        v[bad, idx(f"{role}.ep")] = ep[bad] / 2
+        j = idx(f"{role}.ep")
+        v[bad, j] = v[bad, j] / 2
     samples = float(self.job.samples_per_step)
     for role in _LAYOUT_ROLES:
       if role not in self.structure.roles:
@@ -411,8 +393,7 @@ class FamilySpace:
         v[..., j] = np.minimum(v[..., j], _cover(batch / dp, self.vars[j].options))
     g = self.col(v, f"pool.{self.rollout_pool}")
     for _ in range(16):
-      mp = v[..., idx("engine.tp")] * v[..., idx("engine.pp")]
-      bad = np.mod(g, mp) != 0
+      bad = self._violated("engine", self._engine_fields(v), "engine_divides_pool")
       if not bad.any():
         break
       for d in ("engine.pp", "engine.tp"):
@@ -561,11 +542,12 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
   """
   if family not in FAMILIES:
     raise ValueError(f"family={family!r} is not one of {FAMILIES}")
+  placement = cm.placement(family)
   opts = options if options is not None else SpaceOptions()
-  roles = required_roles(job)
-  if family == "split3" and not job.has_critic:
+  roles = cm.required_roles(job)
+  if not placement.applies_to(job):
     return None
-  pools = _FAMILY_POOLS[family]
+  pools = placement.pools
   n = cluster.n_gpus
   if len(pools) > n:
     return None
@@ -573,7 +555,7 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
   vars_: list[Var] = []
   sizes = pool_sizes(cluster)
   for p in pools:
-    if family == "colocated":
+    if len(pools) == 1:  # one pool holds the whole cluster
       vars_.append(Var(f"pool.{p}", POOL, np.asarray([float(n)])))
     else:
       vars_.append(Var(f"pool.{p}", POOL, sizes[sizes <= n - (len(pools) - 1)]))
@@ -587,8 +569,9 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
     vars_.append(Var(f"{role}.pp", LOG2, f64(_powers_of_two(min(opts.max_pp, model.n_layers, n)))))
     vars_.append(Var(f"{role}.cp", LOG2, f64(_powers_of_two(min(opts.max_cp, n)))))
     if model.is_moe:
-      eps = [e for e in _powers_of_two(min(opts.max_ep, model.n_experts, n))
-             if model.n_experts % e == 0]
+      e = np.asarray(_powers_of_two(min(opts.max_ep, model.n_experts, n)), dtype=np.float64)
+      eps = e[cm.rule_mask("layout", cm.layout_fields(model, e, 1.0, 1.0, 1.0, e),
+                           only=("ep_divides_experts",))]
     else:
       eps = [1]
     vars_.append(Var(f"{role}.ep", LOG2, f64(eps)))
@@ -603,8 +586,10 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
       vars_.append(Var("reference.offload", CAT, f64(opts.offload)))
   actor = job.actor
   etp_hi = min(opts.engine_max_tp or domain, n)
-  vars_.append(Var("engine.tp", LOG2, f64(t for t in _powers_of_two(etp_hi)
-                                          if actor.n_heads % t == 0)))
+  etp = np.asarray(_powers_of_two(etp_hi), dtype=np.float64)
+  etp = etp[cm.rule_mask("engine", cm.engine_fields(actor, etp, etp, 1.0, 1.0),
+                         only=("engine_tp_divides_heads",))]
+  vars_.append(Var("engine.tp", LOG2, f64(etp)))
   vars_.append(Var("engine.pp", LOG2, f64(_powers_of_two(min(opts.engine_max_pp,
                                                              actor.n_layers, n)))))
   vars_.append(Var("engine.ep", CAT, f64((0, 1) if actor.is_moe else (0,))))
@@ -631,24 +616,30 @@ def memory_excess(structure: Structure, v: jax.Array, est: cm.Estimate, job: cm.
   return jnp.sum(est.memory_excess, axis=-1)
 
 
-def layout_violation(structure: Structure, v: jax.Array) -> jax.Array:
-  """Divisibility and bound violations of relaxed values, in log2 units.
-
-  ``relu(log2(tp pp cp) - log2(pool))`` per role, ``relu(log2 ep -
-  log2(dp cp))``, the engine's ``relu(log2(tp pp) - log2(rollout pool))`` and
-  ``relu(-log2 pool)`` (every pool holds at least one GPU).
+def layout_violation(structure: Structure, v: jax.Array, job: cm.RLJob,
+                     tau: float = 1.0) -> jax.Array:
+  """The rule table's penalty of (relaxed) values: its relaxed measures in log2
+  units at ``tau > 0`` (e.g. ``relu(log2(tp pp cp) - log2(pool))`` per role,
+  ``relu(log2 ep - log2(pool / pp))``, the engine's ``relu(log2(tp pp) -
+  log2(rollout pool))``, ``relu(-log2 pool)``), its exact measures at ``tau = 0``.
   """
-  lg = lambda name: jnp.log2(jnp.maximum(v[structure.index(name)], 1e-6))
+  get = lambda name: v[structure.index(name)]
   total = jnp.zeros((), v.dtype)
   for p in structure.pools:
-    total = total + jax.nn.relu(-lg(f"pool.{p}"))
+    total = total + cm.rule_penalty("pool", {"gpus": get(f"pool.{p}")}, tau, xp=jnp)
+  pools_total = sum(get(f"pool.{p}") for p in structure.pools)
+  total = total + cm.rule_penalty("pools", {"total": pools_total,
+                                            "cluster_gpus": float(structure.n_gpus)}, tau, xp=jnp)
   for role in _LAYOUT_ROLES:
     if role not in structure.roles:
       continue
-    g = lg(f"pool.{role_pool(structure.family, role)}")
-    mp = lg(f"{role}.tp") + lg(f"{role}.pp") + lg(f"{role}.cp")
-    total = total + jax.nn.relu(mp - g)
-    total = total + jax.nn.relu(lg(f"{role}.ep") - (g - lg(f"{role}.tp") - lg(f"{role}.pp")))
-  rollout = "all" if structure.family == "colocated" else "gen"
-  total = total + jax.nn.relu(lg("engine.tp") + lg("engine.pp") - lg(f"pool.{rollout}"))
-  return total
+    gpus = get(f"pool.{structure.placement.pool_of(role)}")
+    fields = cm.layout_fields(_role_model(job, role), gpus,
+                              *(get(f"{role}.{d}") for d in ("tp", "pp", "cp", "ep")),
+                              zero=get(f"{role}.zero"))
+    total = total + cm.rule_penalty("layout", fields, tau, _SEARCH_RULES, xp=jnp)
+  rollout = structure.placement.rollout_pool
+  etp = get("engine.tp")
+  fields = cm.engine_fields(job.actor, get(f"pool.{rollout}"), etp, get("engine.pp"),
+                            jnp.where(get("engine.ep") > 0.5, etp, 1.0))
+  return total + cm.rule_penalty("engine", fields, tau, xp=jnp)

@@ -1,60 +1,30 @@
 """Export of a plan to OpenRLHF: the argv of ``openrlhf.cli.train_ppo_ray``.
 
-Flag names of OpenRLHF ``openrlhf/cli/train_ppo_ray.py``: the dotted names
-of v0.10.2 and later or the underscore names of v0.9.x-v0.10.1.
+Flags of OpenRLHF v0.11.0 (commit 3c3be62) ``openrlhf/cli/train_ppo_ray.py``
+(the dotted names introduced in v0.10.2).
 """
 
 from __future__ import annotations
 
+import math
 import shlex
 
 import costmodel as cm
-from search._src.export.common import Concrete
-from search._src.export.common import Scalar
-from search._src.export.common import check_batch
-from search._src.export.common import check_recompute
-from search._src.export.common import concrete
-from search._src.export.common import fmt
-from search._src.export.common import node_layouts
-from search._src.export.common import refuse_degrees
-from search._src.export.common import same_degrees
-
-# dotted name (v0.10.2+, commit ed62d0e2) -> underscore name (v0.9.x-v0.10.1)
-_OPENRLHF_LEGACY = {
-    "actor.num_nodes": "actor_num_nodes", "actor.num_gpus_per_node": "actor_num_gpus_per_node",
-    "ref.num_nodes": "ref_num_nodes", "ref.num_gpus_per_node": "ref_num_gpus_per_node",
-    "critic.num_nodes": "critic_num_nodes",
-    "critic.num_gpus_per_node": "critic_num_gpus_per_node",
-    "reward.num_nodes": "reward_num_nodes",
-    "reward.num_gpus_per_node": "reward_num_gpus_per_node",
-    "vllm.num_engines": "vllm_num_engines",
-    "vllm.tensor_parallel_size": "vllm_tensor_parallel_size",
-    "vllm.gpu_memory_utilization": "vllm_gpu_memory_utilization",
-    "vllm.enable_sleep": "vllm_enable_sleep",
-    "vllm.enable_prefix_caching": "enable_prefix_caching",
-    "train.colocate_actor_ref": "colocate_actor_ref",
-    "train.colocate_critic_reward": "colocate_critic_reward",
-    "train.colocate_all": "colocate_all_models",
-    "ds.enable_sleep": "deepspeed_enable_sleep",
-    "ds.zero_stage": "zero_stage", "ds.tensor_parallel_size": "ds_tensor_parallel_size",
-    "ds.ring_attn_size": "ring_attn_size", "ds.adam_offload": "adam_offload",
-    "ds.packing_samples": "packing_samples",
-    "actor.gradient_checkpointing_enable": "gradient_checkpointing",
-    "ref.offload": "ref_reward_offload", "reward.offload": "ref_reward_offload",
-    "rollout.batch_size": "rollout_batch_size",
-    "rollout.n_samples_per_prompt": "n_samples_per_prompt",
-    "rollout.micro_batch_size": "micro_rollout_batch_size",
-    "train.batch_size": "train_batch_size", "train.micro_batch_size": "micro_train_batch_size",
-    "train.max_epochs": "max_epochs", "data.max_len": "max_len",
-    "rollout.max_new_tokens": "max_new_tokens",
-    "algo.advantage.estimator": "advantage_estimator", "algo.kl.init_coef": "init_kl_coef",
-    "algo.dynamic_filtering_enable": "dynamic_filtering",
-    "train.async_enable": "async_train", "train.async_queue_size": "async_queue_size",
-    "train.partial_rollout_enable": "partial_rollout",
-}
+from export._src.base import Exporter
+from export._src.common import Concrete
+from export._src.common import Scalar
+from export._src.common import check_batch
+from export._src.common import check_recompute
+from export._src.common import concrete
+from export._src.common import fmt
+from export._src.common import node_layouts
+from export._src.common import refuse_degrees
+from export._src.common import same_degrees
 
 _OPENRLHF_ESTIMATOR = {"ppo": "gae", "grpo": "group_norm", "dapo": "group_norm",
                        "reinforce_pp": "reinforce", "rloo": "rloo"}
+
+VERSION = "OpenRLHF/OpenRLHF@v0.11.0 (3c3be62)"
 
 
 def _openrlhf_roles(c: Concrete) -> tuple[dict[str, bool], dict[str, str]]:
@@ -94,7 +64,7 @@ def _openrlhf_roles(c: Concrete) -> tuple[dict[str, bool], dict[str, str]]:
 
 
 def to_openrlhf(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
-                flag_style: str = "dotted") -> list[str]:
+                vllm_default_max_seqs: bool = False) -> list[str]:
   """The argv of ``python3 -m openrlhf.cli.train_ppo_ray`` that runs ``plan``.
 
   Every model is a Ray group of ``num_nodes x num_gpus_per_node`` GPUs with
@@ -107,14 +77,20 @@ def to_openrlhf(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
   optimizer step. ``offload`` maps to ``--ds.adam_offload`` (optimizer state
   in host memory; DeepSpeed keeps the training parameters on the GPU).
   Asynchronous plans use ``--train.async_queue_size = staleness``: the
-  generator runs at most that many batches ahead of training.
+  generator runs at most that many batches ahead of training. DAPO turns on
+  ``--algo.dynamic_filtering_enable`` and oversamples with
+  ``--rollout.vllm_generate_batch_size`` (asynchronous runs only: the queue
+  buffers the extra batches). The model paths and, for rule-based rewards and
+  dynamic filtering, ``--reward.remote_url`` are the user's to add.
 
   Args:
     plan: A concrete (rounded) plan.
     job: The RL job.
     cluster: The cluster.
-    flag_style: ``dotted`` (v0.10.2 and later) or ``legacy`` (underscore names
-      of v0.9.x-v0.10.1).
+    vllm_default_max_seqs: OpenRLHF has no flag for vLLM's ``max_num_seqs``
+      (``create_vllm_engines`` passes none), so a plan is refused unless this
+      is True, which lets vLLM pick its own limit instead of
+      ``engine.max_seqs``.
 
   Returns:
     A list of arguments; pass it to :func:`openrlhf_command`.
@@ -125,14 +101,16 @@ def to_openrlhf(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
       expert parallelism, selective recompute, layouts or micro-batches that
       differ between models (one ``--ds.*`` and one micro-batch per phase),
       placements its colocation flags cannot express, ReMax, pools that are
-      not uniform per node, batches that do not split over the ranks.
+      not uniform per node, batches that do not split over the ranks, AutoTP
+      (tp > 1) with ZeRO-3, ``engine.max_seqs`` (see above), DAPO
+      oversampling in a synchronous run.
 
   References:
-    OpenRLHF ``openrlhf/cli/train_ppo_ray.py`` (dotted names from commit
-    ed62d0e2, v0.10.2; the ``colocate_all`` and sample-batch assertions).
+    OpenRLHF v0.11.0 ``openrlhf/cli/train_ppo_ray.py`` (the ``colocate_all``,
+    ``vllm_generate_batch_size`` and sample-batch assertions) and
+    ``openrlhf/trainer/ray/vllm_engine.py``; DeepSpeed AutoTP training
+    supports ZeRO stages 0-2.
   """
-  if flag_style not in ("dotted", "legacy"):
-    raise ValueError(f"to_openrlhf: flag_style={flag_style!r} is not one of ('dotted', 'legacy')")
   fw = "OpenRLHF"
   c = concrete(plan, job, cluster, fw)
   if c.algorithm not in _OPENRLHF_ESTIMATOR:
@@ -169,10 +147,13 @@ def to_openrlhf(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
         key = "train.micro_batch_size" if phase == "train" else "rollout.micro_batch_size"
         raise ValueError(f"{fw}: {role}.{phase}.micro_batch={lay.micro_batch} differs from the "
                          f"actor's {micro[phase]}; OpenRLHF has one --{key} for every model")
-  if flag_style == "legacy" and c.has("reference") and c.has("reward"):
-    if c.infer["reference"].offload != c.infer["reward"].offload:
-      raise ValueError(f"{fw}: reference.infer.offload and reward.infer.offload differ; the "
-                       "legacy flags have one --ref_reward_offload for both")
+  if actor.tp > 1 and actor.zero_stage == 3:
+    raise ValueError(f"{fw}: actor.train.zero_stage=3 with actor.train.tp={actor.tp}: DeepSpeed "
+                     "AutoTP (--ds.tensor_parallel_size > 1) trains with ZeRO stages 0-2 only; use "
+                     "zero_stage <= 2 or tp 1")
+  if not vllm_default_max_seqs:
+    raise ValueError(f"{fw}: engine.max_seqs={e.max_seqs} has no flag (train_ppo_ray.py passes no "
+                     "max_num_seqs to vLLM); pass vllm_default_max_seqs=True to let vLLM choose")
 
   flags, others = _openrlhf_roles(c)
   placed = {c.actor_pool: c.pools[c.actor_pool], c.rollout_pool: c.pools[c.rollout_pool]}
@@ -229,19 +210,21 @@ def to_openrlhf(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
     args.append(("algo.kl.init_coef", 0.0))  # no reference model is created
   if c.algorithm == "dapo":
     args.append(("algo.dynamic_filtering_enable", None))
+    gen = math.ceil(c.prompts * c.oversample - 1e-6)
+    if gen > c.prompts:
+      if c.staleness == 0:
+        raise ValueError(f"{fw}: job.oversample={c.oversample:g}: "
+                         "--rollout.vllm_generate_batch_size > --rollout.batch_size needs "
+                         "--train.async_enable (train_ppo_ray.py); make the plan asynchronous")
+      args.append(("rollout.vllm_generate_batch_size", gen))
   if c.staleness > 0:
     args += [("train.async_enable", None), ("train.async_queue_size", c.staleness)]
     if c.partial_rollout:
       args.append(("train.partial_rollout_enable", None))
 
   argv: list[str] = []
-  seen = set()
   for name, value in args:
-    flag = "--" + (_OPENRLHF_LEGACY[name] if flag_style == "legacy" else name)
-    if flag in seen:  # --ref_reward_offload covers both models
-      continue
-    seen.add(flag)
-    argv.append(flag)
+    argv.append("--" + name)
     if value is not None:
       argv.append(fmt(value))
   return argv
@@ -250,3 +233,7 @@ def to_openrlhf(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
 def openrlhf_command(argv: list[str]) -> str:
   """``python3 -m openrlhf.cli.train_ppo_ray ...``, quoted with :func:`shlex.join`."""
   return shlex.join(["python3", "-m", "openrlhf.cli.train_ppo_ray", *argv])
+
+
+EXPORTER = Exporter(name="openrlhf", framework="OpenRLHF", version=VERSION,
+                    to_config=to_openrlhf, render_settings=openrlhf_command, kind="command")

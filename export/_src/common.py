@@ -133,6 +133,8 @@ class Concrete:
   rollout_pool: str
   staleness: int
   partial_rollout: bool
+  moe: bool
+  critic_moe: bool
 
   @property
   def actor_pool(self) -> str:
@@ -186,7 +188,8 @@ def concrete(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster, framework: str) 
       oversample=_scalar(job.oversample, "job.oversample"), use_reference=bool(job.use_reference),
       pools=pools, role_pool={r.role: r.pool for r in plan.roles}, train=train, infer=infer,
       engine=engine, rollout_pool=plan.rollout_pool, staleness=mode.staleness,
-      partial_rollout=mode.partial_rollout)
+      partial_rollout=mode.partial_rollout, moe=job.actor.n_experts > 0,
+      critic_moe=job.critic is not None and job.critic.n_experts > 0)
 
 
 def same_degrees(framework: str, role: str, train: Layout, infer: Layout, why: str,
@@ -290,7 +293,10 @@ def node_layouts(sizes: dict[str, int], cluster: cm.Cluster,
 
 
 
-def fmt(v: Scalar) -> str:
+def fmt(v: Scalar | None) -> str:
+  """A value as a command-line word (``None`` as ``null``, as Hydra reads it)."""
+  if v is None:
+    return "null"
   if isinstance(v, bool):
     return "True" if v else "False"
   if isinstance(v, float):

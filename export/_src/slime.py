@@ -1,0 +1,168 @@
+"""Export of a plan to slime: the argv of ``train.py`` or ``train_async.py``.
+
+Flags of THUDM/slime@624b824 ``slime/utils/arguments.py``, and the Megatron-LM
+and SGLang flags (``--sglang-*``) that slime passes through, as its launch
+scripts (``scripts/*.sh``) write them.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+
+import costmodel as cm
+from export._src.base import Exporter
+from export._src.common import Scalar
+from export._src.common import check_batch
+from export._src.common import concrete
+from export._src.common import fmt
+from export._src.common import node_layouts
+from export._src.common import refuse_degrees
+from export._src.common import same_degrees
+
+VERSION = "THUDM/slime@624b824"
+
+_FW = "slime"
+_ESTIMATOR = {"ppo": "ppo", "grpo": "grpo", "dapo": "grpo", "reinforce_pp": "reinforce_plus_plus"}
+# the filter that --dynamic-sampling-filter-path's help names for DAPO
+_DAPO_FILTER = "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"
+
+
+def to_slime(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> dict:
+  """The arguments of slime's ``train.py`` (or ``train_async.py``) that run ``plan``.
+
+  The actor trains with Megatron on ``--actor-num-nodes x
+  --actor-num-gpus-per-node``; the critic (PPO) shares its GPUs and layout;
+  SGLang engines of ``--rollout-num-gpus-per-engine`` GPUs either share them
+  (``--colocate``) or take ``--rollout-num-gpus`` of their own. A synchronous
+  plan runs ``train.py``; a one-step-off plan runs ``train_async.py``, which
+  generates the next rollout while training on the current one. The model,
+  data and reference checkpoint paths are the user's to add.
+
+  Returns:
+    ``{"script": "train.py" or "train_async.py", "argv": [...]}``; pass it to
+    :func:`slime_command`.
+
+  Raises:
+    ValueError: naming the setting when slime cannot run the plan: RLOO or
+      ReMax, a reward model on GPUs (slime scores with ``--rm-type`` /
+      ``--custom-rm-path``), more than one epoch, a critic or reference layout
+      that differs from the actor's, ZeRO-2/3, interleaved pipelines,
+      engine pipeline parallelism, staleness above 1 or asynchronous
+      colocation (``train_async.py`` asserts ``not args.colocate``), pools
+      that are not uniform per node, batches that do not split.
+
+  References:
+    THUDM/slime@624b824 ``slime/utils/arguments.py`` (``slime_validate_args``),
+    ``train_async.py``, ``slime/ray/placement_group.py``.
+  """
+  c = concrete(plan, job, cluster, _FW)
+  if c.algorithm not in _ESTIMATOR:
+    raise ValueError(f"{_FW}: algorithm={c.algorithm!r}: --advantage-estimator has grpo, gspo, "
+                     "cispo, reinforce_plus_plus(_baseline) and ppo")
+  if c.has("reward"):
+    raise ValueError(f"{_FW}: role='reward' on pool {c.role_pool['reward']!r}: a reward model on "
+                     "GPUs has no placement; slime scores rollouts with --rm-type, --rm-url or "
+                     "--custom-rm-path")
+  if c.ppo_epochs != 1:
+    raise ValueError(f"{_FW}: ppo_epochs={c.ppo_epochs}: slime trains one pass per rollout "
+                     "(--num-steps-per-rollout optimizer steps)")
+  actor = c.train["actor"]
+  same_degrees(_FW, "actor", actor, c.infer["actor"],
+               "slime computes log-probs with the actor's Megatron layout")
+  for role, lay in (("reference", c.infer.get("reference")), ("critic", c.train.get("critic")),
+                    ("critic", c.infer.get("critic"))):
+    if lay is None:
+      continue
+    if c.role_pool[role] != c.actor_pool:
+      raise ValueError(f"{_FW}: {role} on pool {c.role_pool[role]!r}: slime places it on the "
+                       "actor's GPUs (placement_group.py)")
+    for name in ("tp", "pp", "cp", "ep", "vpp", "micro_batch"):
+      if getattr(lay, name) != getattr(actor, name):
+        raise ValueError(f"{_FW}: {role}.{name}={getattr(lay, name)} differs from "
+                         f"actor.train.{name}={getattr(actor, name)}; slime gives every model "
+                         "the actor's Megatron flags and --micro-batch-size")
+  if c.infer["actor"].micro_batch != actor.micro_batch:
+    raise ValueError(f"{_FW}: actor.infer.micro_batch={c.infer['actor'].micro_batch} differs from "
+                     f"actor.train.micro_batch={actor.micro_batch}; slime has one "
+                     "--micro-batch-size")
+  refuse_degrees(_FW, "actor.train", actor, ("vpp",),
+                 "slime's launch scripts set no interleaved pipeline flag")
+  if actor.zero_stage > 1:
+    raise ValueError(f"{_FW}: actor.train.zero_stage={actor.zero_stage}: Megatron shards "
+                     "optimizer state only (--use-distributed-optimizer, ZeRO-1)")
+  e = c.engine
+  refuse_degrees(_FW, "engine", e, ("pp",), "an SGLang engine spans --rollout-num-gpus-per-engine "
+                 "GPUs of tensor parallelism")
+  if c.staleness > 1:
+    raise ValueError(f"{_FW}: staleness={c.staleness}: train_async.py overlaps exactly one rollout "
+                     "with training (one step off-policy)")
+  if c.staleness and c.colocated:
+    raise ValueError(f"{_FW}: staleness={c.staleness} with the rollout on the actor's GPUs: "
+                     "train_async.py asserts not --colocate")
+
+  placed = {c.actor_pool: c.pools[c.actor_pool], c.rollout_pool: c.pools[c.rollout_pool]}
+  nodes = node_layouts(placed, cluster, _FW)
+  args: list[tuple[str, Scalar | None]] = []
+  nn, g = nodes[c.actor_pool]
+  args += [("actor-num-nodes", nn), ("actor-num-gpus-per-node", g),
+           ("num-gpus-per-node", cluster.gpus_per_node)]
+  if c.colocated:
+    args.append(("colocate", None))
+  else:
+    args.append(("rollout-num-gpus", c.pools[c.rollout_pool]))
+  args.append(("rollout-num-gpus-per-engine", e.tp))
+  args += [("tensor-model-parallel-size", actor.tp), ("pipeline-model-parallel-size", actor.pp),
+           ("context-parallel-size", actor.cp), ("expert-model-parallel-size", actor.ep)]
+  if c.moe:
+    args.append(("expert-tensor-parallel-size", 1))
+  if actor.sequence_parallel_on:
+    args.append(("sequence-parallel", None))
+  if actor.zero_stage == 1:
+    args.append(("use-distributed-optimizer", None))
+  if actor.offload:
+    if actor.zero_stage != 1:
+      raise ValueError(f"{_FW}: actor.train.offload=1 with zero_stage=0: Megatron's "
+                       "--optimizer-cpu-offload needs --use-distributed-optimizer")
+    args += [("optimizer-cpu-offload", None), ("overlap-cpu-optimizer-d2h-h2d", None),
+             ("use-precision-aware-optimizer", None)]
+  if actor.recompute:
+    args.append(("recompute-granularity", "full" if actor.recompute == 2 else "selective"))
+    if actor.recompute == 2:
+      args += [("recompute-method", "uniform"), ("recompute-num-layers", 1)]
+
+  dp = c.pools[c.actor_pool] // actor.model_parallel
+  gbs = c.mini_batch_prompts("--global-batch-size", _FW) * c.n
+  check_batch(_FW, "--global-batch-size", gbs, dp, actor.micro_batch, "--micro-batch-size")
+  args += [("advantage-estimator", _ESTIMATOR[c.algorithm]),
+           ("rollout-batch-size", c.prompts), ("n-samples-per-prompt", c.n),
+           ("global-batch-size", gbs), ("micro-batch-size", actor.micro_batch),
+           ("rollout-max-prompt-len", c.prompt_len), ("rollout-max-response-len", c.max_response),
+           ("sglang-mem-fraction-static", e.memory_fraction),
+           ("sglang-max-running-requests", e.max_seqs)]
+  if e.ep > 1:
+    args.append(("sglang-ep-size", e.ep))
+  if not e.prefix_caching:
+    args.append(("sglang-disable-radix-cache", None))
+  if c.use_reference:
+    args.append(("use-kl-loss", None))
+  if c.algorithm == "dapo":
+    args += [("over-sampling-batch-size", math.ceil(c.prompts * c.oversample - 1e-6)),
+             ("dynamic-sampling-filter-path", _DAPO_FILTER)]
+  if c.partial_rollout:
+    args.append(("partial-rollout", None))
+  argv = []
+  for name, value in args:
+    argv.append("--" + name)
+    if value is not None:
+      argv.append(fmt(value))
+  return {"script": "train_async.py" if c.staleness else "train.py", "argv": argv}
+
+
+def slime_command(settings: dict) -> str:
+  """``python3 train.py ...`` (or ``train_async.py``), quoted with :func:`shlex.join`."""
+  return shlex.join(["python3", settings["script"], *settings["argv"]])
+
+
+EXPORTER = Exporter(name="slime", framework="slime", version=VERSION, to_config=to_slime,
+                    render_settings=slime_command, kind="command")
