@@ -39,7 +39,7 @@ length, default 2048, 32 with `--quick`).
 JSON schema (all sizes in bytes, all times in seconds)::
 
   {
-    "schema_version": 1,
+    "schema_version": 2,
     "date": "2025-01-31T12:00:00+00:00",          # ISO 8601, UTC
     "jax_version": "0.4.35",
     "device": {"platform": "gpu", "device_kind": "NVIDIA H200",
@@ -66,8 +66,19 @@ JSON schema (all sizes in bytes, all times in seconds)::
        "flops": ..., "weight_bytes_read": ..., "kv_bytes_read": ...,
        "kv_bytes_written": ..., "bytes_min": ..., "flops_per_s": ...,
        "bytes_per_s": ...}, ...],
+    "decode_loop": [                              # shrinking batch, engine-like
+      {"batch": 512, "steps": 32, "kernel_seconds_per_step": ...,
+       "loop_seconds_per_step": ..., "host_overhead_s": ...}, ...],
+    "step_overhead_fit": {"decode_step_overhead_s": ...,
+                          "decode_seq_overhead_s": ...},
     "elapsed_s": ...                              # wall time of the run
   }
+
+`decode_loop` runs the decode step with the batch shrinking (largest first),
+once back to back on the device and once as an engine does, with the sampled
+tokens copied to the host every step; the difference per step is the host
+overhead, fitted as fixed + per-sequence (`step_overhead_fit`, the cost
+model's `Efficiency.decode_step_overhead_s` and `decode_seq_overhead_s`).
 
 `scale` computes `y = x * 2` (reads and writes the array); `sum` reduces the
 array to a scalar (reads it once). A decode step feeds one new token per
@@ -93,8 +104,9 @@ from absl import flags
 from absl import logging
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-_SCHEMA_VERSION = 1
+_SCHEMA_VERSION = 2
 _DTYPE = jnp.bfloat16
 _MAX_CALLS_PER_REPEAT = 1000
 
@@ -499,6 +511,100 @@ def measure_decode(config: DecoderConfig, batches: Sequence[int], *,
   return records
 
 
+def _sample(logits: jax.Array) -> jax.Array:
+  return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
+
+def measure_decode_loop(config: DecoderConfig, batches: Sequence[int], *,
+                        steps_per_batch: int = 16, seed: int = 0
+                        ) -> list[dict[str, Any]]:
+  """Times an engine-like decode loop whose batch shrinks, step by step.
+
+  Sequences finish as generation goes on, so an engine's batch shrinks. For
+  each batch of `batches` (taken largest first), `steps_per_batch` decode
+  steps run twice: back to back on the device (the next tokens stay there:
+  kernel time) and as an engine runs them (the sampled tokens come back to
+  the host every step, as a detokeniser needs them, and go back as the next
+  input: loop time). The difference per step is the host-side overhead the
+  cost model calls the per-step engine overhead
+  (`Efficiency.decode_step_overhead_s` + `decode_seq_overhead_s * batch`);
+  :func:`fit_step_overhead` fits those two numbers.
+
+  Args:
+    config: Model dimensions.
+    batches: Batch sizes; measured in descending order.
+    steps_per_batch: Decode steps per batch size and per variant.
+    seed: PRNG seed for the weights.
+
+  Returns:
+    One dict per batch size (descending) with keys `batch, steps,
+    kernel_seconds_per_step, loop_seconds_per_step, host_overhead_s`.
+
+  Raises:
+    ValueError: If `batches` is empty or holds a non-positive entry, or
+      `steps_per_batch` is not a positive int.
+  """
+  _check_positive_int("steps_per_batch", steps_per_batch)
+  batches = sorted(list(batches), reverse=True)
+  if not batches:
+    raise ValueError(f"decode_batches={batches!r} must not be empty")
+  for batch in batches:
+    _check_positive_int("decode_batches", batch)
+  params = init_decoder(jax.random.key(seed), config)
+  step = jax.jit(decode_step, static_argnames="config", donate_argnums=1)
+  sample = jax.jit(_sample)
+  pos = jnp.asarray(config.context_len - 1, jnp.int32)
+  records = []
+  for batch in batches:
+    cache = init_kv_cache(config, batch)
+    tokens = jnp.arange(batch, dtype=jnp.int32) % config.vocab_size
+    logits, cache = step(params, cache, tokens, pos, config=config)  # compile
+    tokens = jax.block_until_ready(sample(logits))
+    start = time.perf_counter()
+    for _ in range(steps_per_batch):
+      logits, cache = step(params, cache, tokens, pos, config=config)
+      tokens = sample(logits)
+    jax.block_until_ready(tokens)
+    kernel_s = (time.perf_counter() - start) / steps_per_batch
+    start = time.perf_counter()
+    for _ in range(steps_per_batch):
+      logits, cache = step(params, cache, tokens, pos, config=config)
+      host_tokens = jax.device_get(sample(logits))  # the detokeniser's copy
+      tokens = jnp.asarray(host_tokens)
+    jax.block_until_ready(tokens)
+    loop_s = (time.perf_counter() - start) / steps_per_batch
+    del cache
+    logging.info("decode loop batch=%d: kernel %.3g s, loop %.3g s per step",
+                 batch, kernel_s, loop_s)
+    records.append({"batch": batch, "steps": steps_per_batch,
+                    "kernel_seconds_per_step": kernel_s,
+                    "loop_seconds_per_step": loop_s,
+                    "host_overhead_s": loop_s - kernel_s})
+  return records
+
+
+def fit_step_overhead(records: Sequence[dict[str, Any]]) -> dict[str, float]:
+  """Least-squares `host_overhead_s = fixed + per_seq * batch` over the loop.
+
+  Returns:
+    `{"decode_step_overhead_s": fixed, "decode_seq_overhead_s": per_seq}`,
+    the :class:`costmodel.Efficiency` fields they estimate (a single batch
+    size gives the fixed part only).
+
+  Raises:
+    ValueError: If `records` is empty.
+  """
+  if not records:
+    raise ValueError(f"records={records!r} must not be empty")
+  b = np.asarray([r["batch"] for r in records], float)
+  y = np.asarray([r["host_overhead_s"] for r in records], float)
+  if np.unique(b).size < 2:
+    return {"decode_step_overhead_s": float(y.mean()), "decode_seq_overhead_s": 0.0}
+  a = np.stack([np.ones_like(b), b], axis=1)
+  (fixed, per_seq), *_ = np.linalg.lstsq(a, y, rcond=None)
+  return {"decode_step_overhead_s": float(fixed), "decode_seq_overhead_s": float(per_seq)}
+
+
 def decoder_summary(config: DecoderConfig) -> dict[str, Any]:
   """Model dimensions and derived sizes, as recorded under `decode_model`."""
   return {
@@ -590,6 +696,10 @@ def run_all(*, quick: bool = False, repeats: int | None = None,
       "decode_model": decoder_summary(decoder),
       "decode": measure_decode(decoder, decode_batches, **timing),
   }
+  loop = measure_decode_loop(decoder, decode_batches,
+                             steps_per_batch=4 if quick else 32)
+  report["decode_loop"] = loop
+  report["step_overhead_fit"] = fit_step_overhead(loop)
   report["elapsed_s"] = time.perf_counter() - start
   return report
 

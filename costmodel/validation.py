@@ -19,8 +19,10 @@ from costmodel._src.validation.report import summary
 from costmodel._src.validation.rl_cases import SKIPPED_RL
 from costmodel._src.validation.rl_cases import inferred_means
 from costmodel._src.validation.rl_cases import runs as rl_runs
+from costmodel._src.validation.sync_cases import SKIPPED_MORE
 
-GROUPS = ("training", "memory", "kernel", "decode", "collective", "rl_step", "rl_stage")
+GROUPS = ("training", "memory", "kernel", "decode", "collective", "rl_step", "rl_stage",
+          "rl_sync", "feasibility")
 
 
 def cases(groups: Sequence[str] | None = None) -> list[Case]:
@@ -31,15 +33,16 @@ def cases(groups: Sequence[str] | None = None) -> list[Case]:
   """
   from costmodel._src.validation import cases as base  # pylint: disable=g-import-not-at-top
   from costmodel._src.validation import rl_cases  # pylint: disable=g-import-not-at-top
+  from costmodel._src.validation import sync_cases  # pylint: disable=g-import-not-at-top
   groups = tuple(groups) if groups is not None else GROUPS
   for g in groups:
     if g not in GROUPS:
       raise ValueError(f"group={g!r} is not one of {GROUPS}")
-  out = [c for c in base.all_cases() if c.group in groups]
+  out = [c for c in base.all_cases() + sync_cases.all_more_cases() if c.group in groups]
   if {"rl_step", "rl_stage"} & set(groups):
     out += [c for c in rl_cases.all_rl_cases() if c.group in groups]
   return out
 
 
-__all__ = ("Case", "GROUPS", "Row", "SKIPPED", "SKIPPED_RL", "cases", "evaluate",
+__all__ = ("Case", "GROUPS", "Row", "SKIPPED", "SKIPPED_MORE", "SKIPPED_RL", "cases", "evaluate",
            "inferred_means", "markdown", "rl_runs", "summary")

@@ -11,8 +11,10 @@ import pytest
 
 from benchmarks import gpu_calibration as gc
 
+# Schema 2 added the shrinking-batch decode loop and its overhead fit.
 _TOP_KEYS = {"schema_version", "date", "jax_version", "device", "config",
-             "matmul", "hbm", "decode_model", "decode", "elapsed_s"}
+             "matmul", "hbm", "decode_model", "decode", "decode_loop",
+             "step_overhead_fit", "elapsed_s"}
 _MATMUL_KEYS = {"m", "n", "k", "dtype", "out_dtype", "flops", "seconds",
                 "flops_per_s", "fraction_of_peak"}
 _HBM_KEYS = {"kernel", "n_elements", "dtype", "bytes_read", "bytes_written",
@@ -32,7 +34,7 @@ def report(tmp_path_factory):
 
 def test_report_header(report):
   assert set(report) == _TOP_KEYS
-  assert report["schema_version"] == 1
+  assert report["schema_version"] == 2
   assert report["jax_version"] == jax.__version__
   assert set(report["device"]) == {"platform", "device_kind", "device_count"}
   assert report["device"]["platform"] == jax.devices()[0].platform
@@ -211,3 +213,29 @@ def test_hbm_sizes_ladder():
   assert gc.hbm_sizes_bytes(2**20, 2**22 + 5) == [2**20, 2**21, 2**22]
   assert gc.hbm_sizes_bytes(2**20, 2**20) == [2**20]
   assert math.log2(gc.hbm_sizes_bytes(2**20, 2**32)[-1]) == 32
+
+
+def test_decode_loop_records(report):
+  loop = report["decode_loop"]
+  assert [r["batch"] for r in loop] == sorted(gc._QUICK_DECODE_BATCHES, reverse=True)
+  for r in loop:
+    assert r["steps"] == 4
+    assert r["kernel_seconds_per_step"] > 0 and r["loop_seconds_per_step"] > 0
+    assert r["host_overhead_s"] == pytest.approx(
+        r["loop_seconds_per_step"] - r["kernel_seconds_per_step"])
+  fit = report["step_overhead_fit"]
+  assert set(fit) == {"decode_step_overhead_s", "decode_seq_overhead_s"}
+  assert all(math.isfinite(v) for v in fit.values())
+
+
+def test_fit_step_overhead_recovers_a_line():
+  records = [{"batch": b, "host_overhead_s": 2e-3 + 5e-5 * b} for b in (1, 4, 16, 64)]
+  fit = gc.fit_step_overhead(records)
+  assert fit["decode_step_overhead_s"] == pytest.approx(2e-3, rel=1e-9)
+  assert fit["decode_seq_overhead_s"] == pytest.approx(5e-5, rel=1e-9)
+  one = gc.fit_step_overhead([{"batch": 8, "host_overhead_s": 3e-3}])
+  assert one == {"decode_step_overhead_s": 3e-3, "decode_seq_overhead_s": 0.0}
+  with pytest.raises(ValueError, match="records"):
+    gc.fit_step_overhead([])
+  with pytest.raises(ValueError, match="steps_per_batch"):
+    gc.measure_decode_loop(gc.QUICK_DECODER, [1], steps_per_batch=0)

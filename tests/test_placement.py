@@ -80,7 +80,9 @@ def test_build_plan_fills_layouts_as_the_constructors_do(ppo, cluster):
   cm.validate_plan(plan, ppo, cluster)
   assert plan.role("critic").train == train and plan.role("critic").infer is None
   assert plan.role("reference").infer == train and plan.role("reward").infer == train
-  assert plan.engine == cm.Engine() and plan.mode == cm.Mode()
+  # The default engine's memory fraction is resolved by the placement: 0.9
+  # on split3's rollout pool, which no role shares.
+  assert plan.engine == cm.Engine(memory_fraction=0.9) and plan.mode == cm.Mode()
   infer = cm.Parallel(pp=2.0)
   plan = cm.build_plan("colocated", ppo, {"all": 16.0}, infer={"actor": infer},
                        mode=cm.Mode(fuse_training=True))

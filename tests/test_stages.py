@@ -315,9 +315,9 @@ def test_kv_capacity_falls_with_the_memory_fraction(gen_setup):
 # ----- weight sync -------------------------------------------------------------
 
 
-def _disaggregated_sync(model, cluster, gpus, eff=EFF):
-  return sync_lib.weight_sync(model, _job(model), cm.Parallel(), gpus, cm.Engine(tp=8.0), gpus,
-                              False, cluster, eff)
+def _disaggregated_sync(model, cluster, gpus, eff=EFF, backend="per_tensor"):
+  return sync_lib.weight_sync(model, _job(model), cm.Parallel(), gpus,
+                              cm.Engine(tp=8.0, sync_backend=backend), gpus, False, cluster, eff)
 
 
 def test_sync_grows_with_model_size(eight_nodes):
@@ -332,19 +332,24 @@ def test_sync_grows_with_model_size(eight_nodes):
 def test_sync_falls_with_more_nics(eight_nodes):
   model = cm.models.get("llama-3.1-70b")
   gpus = (8.0, 16.0, 32.0)
-  costs = [_disaggregated_sync(model, eight_nodes, g) for g in gpus]
+  costs = [_disaggregated_sync(model, eight_nodes, g, backend="reshard") for g in gpus]
   assert all(float(a.time_s) >= float(b.time_s) for a, b in itertools.pairwise(costs))
-  # By hand: Psi bytes cross min(senders, receivers) NICs (every FSDP rank
-  # sends), and each generation GPU receives its TP-8 engine shard through its
-  # own NIC; the slower of the two sets the time.
+  # By hand (the shard-to-shard reshard backend; the number moved when the
+  # backends were introduced: the non-MLP weights now go whole to every engine
+  # GPU, as NeMo-RL's misc path does): the MLP bytes cross min(senders,
+  # receivers) NICs (every FSDP rank sends), and each generation GPU receives
+  # its TP-8 shard of them through its own NIC; the slower of the two sets
+  # the time.
   hw = eight_nodes.accelerator
   nic = hw.scaleout_bandwidth_bytes_per_s * hw.scaleout_efficiency
   total_bytes = model.total_params * 2.0
+  mlp_bytes = model.n_layers * 3 * model.hidden * model.ffn_hidden * 2.0
   for g, c in zip(gpus, costs, strict=True):
-    expected = max(total_bytes / (g * nic), total_bytes / 8.0 / nic) + hw.scaleout_latency_s
+    expected = (max(mlp_bytes / (g * nic), mlp_bytes / 8.0 / nic)
+                + (total_bytes - mlp_bytes) / nic + hw.scaleout_latency_s)
     assert float(c.comm_s) == pytest.approx(expected, rel=1e-5)
   # Fewer senders than receivers: the cross-network part dominates and falls.
-  small = [_disaggregated_sync(model, eight_nodes, g) for g in (2.0, 4.0)]
+  small = [_disaggregated_sync(model, eight_nodes, g, backend="reshard") for g in (2.0, 4.0)]
   assert float(small[0].time_s) > float(small[1].time_s)
 
 

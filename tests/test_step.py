@@ -163,7 +163,11 @@ def test_actor_update_never_slower_with_more_gpus(grpo_7b, h100):
     cluster = cm.Cluster(h100, 8, nodes)
     plan = cm.Plan.colocated(grpo_7b, cluster, train=cm.Parallel(tp=2.0, micro_batch=2.0),
                              engine=cm.Engine(tp=2.0))
-    times.append(_parts(cm.estimate(grpo_7b, plan, cluster))["actor_update"])
+    est = cm.estimate(grpo_7b, plan, cluster)
+    # The fixed per-step overheads (the trainer call, the batch hand-off
+    # through the controller) do not scale with the GPUs: left out of the
+    # ratio below since they were modelled.
+    times.append(_parts(est)["actor_update"] - est.stage("actor_update")["overhead_s"])
   assert times[0] >= times[1] >= times[2]
   # Compute bound: twice the GPUs, close to half the time.
   assert times[1] / times[0] == pytest.approx(0.5, abs=0.05)

@@ -12,7 +12,7 @@ Korthikanti activation memory (30-33)      GiB            1% each
 GEMM and GEMV kernels (75-84)              TFLOP/s, GB/s  15% each, median 10%
 decode, batch 1 (44, 46)                   ms / token     20% each
 NCCL collectives (85, 86, 90)              ms, GB/s       15% each
-RL steps (feasible in the model)           s              median below 31%
+RL steps (feasible in the model)           s              median below 26%
 ========================================== ============== =====================
 
 Prefill rows (43, 45) are reported, not asserted: FasterTransformer's
@@ -38,9 +38,12 @@ COLLECTIVES = {"training_inference:85", "training_inference:86", "training_infer
 # on 8 A100 and OPT-175B on 64 A100 (the colocated engine plus the resident
 # actor, critic, reference and reward states exceed 80 GB per GPU).
 RL_INFEASIBLE = {"rl:103", "rl:104", "rl:110"}
-# Median absolute error of the other RL step rows, measured at 29.2% with
-# the default efficiency parameters (19 rows); asserted with a small margin.
-RL_STEP_MEDIAN_BOUND = 0.31
+# Median absolute error of the other RL step rows, measured at 23.6% with
+# the default efficiency parameters over 27 rows (29.2% over 19 before the
+# engine overheads, the controller hand-off, the weight-sync backends, swap
+# and the asynchronous steady state were modelled and veRL's fully-async
+# ablations N1-N9 were added); asserted with a small margin.
+RL_STEP_MEDIAN_BOUND = 0.26
 
 
 @pytest.fixture(scope="module")
@@ -128,12 +131,13 @@ def test_decode_rows(rows):
   # TP 2 halves the weight reads: faster than TP 1, as measured.
   by_id = {r.row_id: r for r in selected}
   assert by_id["training_inference:46"].predicted < by_id["training_inference:44"].predicted
-  # vLLM serving rows (measured 2026-11-30: -34% H100, -45% A100; the model has
-  # no serving-scheduler overhead): the H100 is faster than the A100 by more
-  # than 1.5x, as published (2.07x).
+  # vLLM serving rows (measured 2026-11-30: -34% H100, -45% A100 without the
+  # engine's per-sequence overhead and the HTTP server's share; with them
+  # about +9% and -13%): the H100 is faster than the A100 by more than 1.5x,
+  # as published (2.07x).
   h100, a100 = by_id["training_inference:57"], by_id["training_inference:58"]
   assert a100.predicted / h100.predicted > 1.5
-  _assert_within([h100, a100], 0.50)
+  _assert_within([h100, a100], 0.20)
 
 
 def test_collective_rows_within_15_percent(rows):
@@ -170,8 +174,32 @@ def test_rl_step_cases_predict_the_estimate(rl_step):
 def test_rl_step_median_error(rl_step):
   step_rows, feasible = rl_step
   kept = [r for r in step_rows if feasible[r.row_id][0]]
-  assert len(kept) == len(step_rows) - len(RL_INFEASIBLE) == 19
+  assert len(kept) == len(step_rows) - len(RL_INFEASIBLE) == 27
   summary = validation.summary(kept)["rl_step"]
   print("\n" + validation.markdown(kept))
   assert summary["median"] < RL_STEP_MEDIAN_BOUND
   assert all(np.isfinite(r.predicted) and r.predicted > 0 for r in kept)
+
+
+# ----- weight sync and feasibility rows -------------------------------------------
+
+
+def test_weight_sync_rows_by_backend():
+  rows = validation.evaluate(validation.cases(["rl_sync"]))
+  by = {(r.row_id, r.label.split()[1]): r for r in rows}
+  assert {r.row_id for r in rows} == {"rl:12", "rl:13", "rl_more:N15", "rl_more:N16",
+                                      "rl_more:N18"}
+  # Per-tensor slower than the checkpoint engine's buckets, as published
+  # (3.6x and 2.5x; the model: 3.5x and 1.6x, the export shared by both).
+  for rid in ("rl:12", "rl:13"):
+    assert by[(rid, "per_tensor")].predicted > 1.3 * by[(rid, "bucketed")].predicted
+  # NeMo-RL's reshard moves DeepSeek-V3 in seconds (published 2.4-2.8 s).
+  dsv3 = next(r for r in rows if r.row_id == "rl_more:N18")
+  assert 1.0 < dsv3.predicted < 5.0
+  assert float(np.median([abs(r.error) for r in rows])) < 0.25
+
+
+def test_minimum_resource_recipes_fit():
+  rows = validation.evaluate(validation.cases(["feasibility"]))
+  assert {r.row_id for r in rows} == {f"rl_more:N{i}" for i in (23, 24, 25, 26)}
+  assert all(r.predicted == 1.0 for r in rows), [r.label for r in rows if r.predicted != 1.0]

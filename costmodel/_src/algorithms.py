@@ -103,6 +103,25 @@ def stage_graph(job: RLJob) -> tuple[StageSpec, ...]:
   return tuple(stages)
 
 
+def without_stage(graph: tuple[StageSpec, ...], name: str) -> tuple[StageSpec, ...]:
+  """``graph`` without stage ``name``; its dependents depend on its inputs."""
+  gone = [st for st in graph if st.name == name]
+  if not gone:
+    return graph
+  inputs = gone[0].deps
+  out = []
+  for st in graph:
+    if st.name == name:
+      continue
+    deps = []
+    for d in st.deps:
+      for x in (inputs if d == name else (d,)):
+        if x not in deps:
+          deps.append(x)
+    out.append(st._replace(deps=tuple(deps)))
+  return tuple(out)
+
+
 def stage_pool(stage: StageSpec, plan) -> str:
   """The pool that runs ``stage`` under ``plan``: the rollout pool for generation
   (and the switch), the CPUs for a CPU stage, else its role's pool."""

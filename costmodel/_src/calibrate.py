@@ -33,7 +33,9 @@ DEFAULT_FIT = ("matmul_half_rows", "attention_efficiency", "memory_half_time_s",
                "link_efficiency", "dp_overlap", "decode_step_overhead_s",
                "generate_overhead_s", "infer_overhead_s", "train_overhead_s",
                "sync_overhead_s", "sync_per_tensor_s", "switch_overhead_s", "train_efficiency",
-               "cpu_optimizer_params_per_s")
+               "cpu_optimizer_params_per_s", "decode_seq_overhead_s", "decode_rank_overhead_s",
+               "eager_layer_overhead_s", "cross_node_step_overhead_s", "sync_per_bucket_s",
+               "sync_export_bytes_per_s", "batch_transfer_bytes_per_s", "train_call_overhead_s")
 
 
 def _to_z(name: str, v):
@@ -189,6 +191,9 @@ def calibrate(fit: Sequence[Case], held_out: Sequence[Case] = (),
       l_g, g_g = fn(z)
       loss = loss + l_g
       grad = jax.tree_util.tree_map(jnp.add, grad, g_g)
+    # A non-finite gradient of one case (an infinite slope where a smooth
+    # surrogate meets a hard bound) must not poison the others' update.
+    grad = jax.tree_util.tree_map(lambda g: jnp.where(jnp.isfinite(g), g, 0.0), grad)
     updates, state = opt.update(grad, state, z)
     return optax.apply_updates(z, updates), state, loss
 

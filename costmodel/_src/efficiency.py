@@ -40,13 +40,54 @@ class Efficiency:
     host_efficiency: Achieved fraction of host-link bandwidth for offload.
     dp_overlap: Fraction of data-parallel gradient traffic hidden behind the
       backward pass.
-    decode_step_overhead_s: Engine overhead per decode step (scheduling,
-      sampling, detokenisation), per engine.
+    decode_step_overhead_s: Engine overhead per decode step (scheduler, input
+      preparation, Python), per engine, whatever the batch.
+    decode_seq_overhead_s: Engine overhead per running sequence per decode
+      step (sampling, detokenisation, stop checks, block tables). 20 us: vLLM
+      0.5's scheduling took 29% of a Llama-3-8B step on one H100 against 38%
+      on the GPU (vLLM blog 2024-09-05), i.e. ~10 ms at a ~100-300 sequence
+      batch; V1's persistent batch cuts it several-fold.
+    decode_rank_overhead_s: Per-step cost of each GPU beyond the first in an
+      engine (the step's inputs broadcast to every TP/PP worker, their
+      barrier). 50 us: one shared-memory or NCCL broadcast of the scheduler
+      output per worker.
+    eager_layer_overhead_s: Per-layer cost of a decode step in eager mode
+      (``Engine.cuda_graphs=False``): ~15 kernel launches of ~7 us plus the
+      Python module calls, 0.1 ms.
+    cross_node_step_overhead_s: Per-step cost of an engine whose TP x PP
+      group spans scale-up domains: the scheduler output travels to remote
+      workers by RPC (vLLM's Ray executor) and the per-layer all-reduces
+      leave NVLink. 5 ms (a Ray task round trip is milliseconds).
     generate_overhead_s: Fixed overhead per generation stage.
     infer_overhead_s: Fixed overhead per inference stage.
     train_overhead_s: Fixed overhead per optimizer update (mini-batch).
-    sync_overhead_s: Fixed overhead per weight sync.
-    sync_per_tensor_s: Weight-sync overhead per tensor (bucketing, conversion).
+    train_call_overhead_s: Fixed overhead per call into the trainer (one per
+      training stage, or one per ``Mode.require_batches`` mini-batches when
+      streaming): a remote call to every worker, the batch split and
+      balanced, FSDP's state re-gathered, metrics reduced. 2 s.
+    sync_overhead_s: Fixed overhead per weight sync (the RPCs that start it and
+      the engine's barrier; 0.05 s: veRL's checkpoint engine syncs a 7B model
+      inside one node in 0.02 s, all costs included).
+    sync_per_tensor_s: Weight-sync overhead per tensor with the ``per_tensor``
+      backend (one NCCL broadcast or ``load_weights`` call per tensor, dtype and
+      layout conversion).
+    sync_export_bytes_per_s: Rate at which a trainer exports full tensors for
+      a full-tensor sync (``per_tensor``, ``bucketed`` backends, not
+      colocated): gathering TP/EP shards into the engine's names and layout,
+      per PP stage. 30 GB/s: veRL's README attributes most of the sync time
+      to this phase; its checkpoint-engine rows (61 GB in 4.4 s, 470 GB in
+      23.7 s on H20) put the whole sync at 14-20 GB/s, of which the 46 GB/s
+      NIC broadcast is the lesser part.
+    sync_bucket_bytes: Bucket size of the ``bucketed`` and ``ipc`` backends
+      (NeMo-RL's refit and veRL's checkpoint engine default to 4,096 MiB).
+    sync_per_bucket_s: Cost per bucket (pack, launch, unpack into the
+      engine's fused parameters).
+    batch_transfer_bytes_per_token: Bytes per padded token of the batch that
+      moves between roles at each stage boundary (veRL's ``DataProto`` pads
+      every response to the maximum length and carries token ids, attention
+      mask and position ids as int64: 24-32 bytes per token).
+    batch_transfer_bytes_per_s: Throughput of that hand-off through the
+      single controller (Ray object store: serialise, put, get).
     switch_overhead_s: Fixed cost of one train <-> generate switch on a shared
       pool (engine sleep/wake, allocator).
     train_efficiency: Multiplier on training-stage compute efficiency
@@ -64,11 +105,21 @@ class Efficiency:
   host_efficiency: jax.Array | float = 0.80
   dp_overlap: jax.Array | float = 0.7
   decode_step_overhead_s: jax.Array | float = 1.5e-3
+  decode_seq_overhead_s: jax.Array | float = 20e-6
+  decode_rank_overhead_s: jax.Array | float = 50e-6
+  eager_layer_overhead_s: jax.Array | float = 0.1e-3
+  cross_node_step_overhead_s: jax.Array | float = 5e-3
   generate_overhead_s: jax.Array | float = 1.0
   infer_overhead_s: jax.Array | float = 0.5
   train_overhead_s: jax.Array | float = 0.05
-  sync_overhead_s: jax.Array | float = 0.5
+  train_call_overhead_s: jax.Array | float = 2.0
+  sync_overhead_s: jax.Array | float = 0.05
   sync_per_tensor_s: jax.Array | float = 0.5e-3
+  sync_bucket_bytes: jax.Array | float = 4096.0 * 2**20
+  sync_export_bytes_per_s: jax.Array | float = 30e9
+  sync_per_bucket_s: jax.Array | float = 20e-3
+  batch_transfer_bytes_per_token: jax.Array | float = 32.0
+  batch_transfer_bytes_per_s: jax.Array | float = 1e9
   switch_overhead_s: jax.Array | float = 1.0
   train_efficiency: jax.Array | float = 1.0
   cpu_optimizer_params_per_s: jax.Array | float = 1e9
@@ -79,7 +130,10 @@ class Efficiency:
         matmul_exponent=self.matmul_exponent,
         memory_half_time_s=self.memory_half_time_s,
         memory_exponent=self.memory_exponent,
-        cpu_optimizer_params_per_s=self.cpu_optimizer_params_per_s)
+        cpu_optimizer_params_per_s=self.cpu_optimizer_params_per_s,
+        sync_bucket_bytes=self.sync_bucket_bytes,
+        sync_export_bytes_per_s=self.sync_export_bytes_per_s,
+        batch_transfer_bytes_per_s=self.batch_transfer_bytes_per_s)
     pytree.check_fraction(
         "Efficiency", attention_efficiency=self.attention_efficiency,
         link_efficiency=self.link_efficiency,
@@ -88,9 +142,16 @@ class Efficiency:
     pytree.check_nonnegative(
         "Efficiency", dp_overlap=self.dp_overlap,
         decode_step_overhead_s=self.decode_step_overhead_s,
+        decode_seq_overhead_s=self.decode_seq_overhead_s,
+        decode_rank_overhead_s=self.decode_rank_overhead_s,
+        eager_layer_overhead_s=self.eager_layer_overhead_s,
+        cross_node_step_overhead_s=self.cross_node_step_overhead_s,
+        sync_per_bucket_s=self.sync_per_bucket_s,
+        batch_transfer_bytes_per_token=self.batch_transfer_bytes_per_token,
         generate_overhead_s=self.generate_overhead_s,
         infer_overhead_s=self.infer_overhead_s,
         train_overhead_s=self.train_overhead_s,
+        train_call_overhead_s=self.train_call_overhead_s,
         sync_overhead_s=self.sync_overhead_s,
         sync_per_tensor_s=self.sync_per_tensor_s,
         switch_overhead_s=self.switch_overhead_s)

@@ -47,8 +47,10 @@ class Estimate:
     pool_gpus, pool_busy_s, pool_idle_s: Per pool.
     tokens_per_s, samples_per_s, tokens_per_s_per_gpu: Throughput.
     mfu: Model FLOPs of all stages / (step time x GPUs x peak).
-    lower_bound_s: Roofline lower bound for the step on this cluster:
-      max(total work / GPUs, generation depth).
+    lower_bound_s: Roofline lower bound for the step of this job on these
+      GPUs, whatever the layout or mode: the work of generation, inference
+      and training at the hardware's best rates over all GPUs (never above
+      any plan's step time).
     feasible: Every stage fits in memory and the engines run at least one
       sequence each (concurrency >= 1); at tau = 0 the memory part is exactly
       ``all(memory_excess == 0)``.

@@ -16,6 +16,13 @@ import numpy as np
 from costmodel._src import pytree
 
 RECOMPUTE = {"none": 0, "selective": 1, "full": 2}
+SYNC_BACKENDS = ("per_tensor", "bucketed", "reshard", "ipc")
+# vLLM's default gpu_memory_utilization (vllm/engine/arg_utils.py, 0.9): what
+# an engine takes on GPUs it does not share.
+DEDICATED_MEMORY_FRACTION = 0.9
+# What colocated recipes leave the engine beside the training states (veRL's
+# and OpenRLHF's colocated examples use 0.4-0.7).
+SHARED_MEMORY_FRACTION = 0.6
 
 
 def _check_degrees(owner: str, **values) -> None:
@@ -43,7 +50,16 @@ class Parallel:
     micro_batch: Sequences per micro-batch per GPU.
     zero_stage: 0 (none), 1, 2 or 3 (FSDP).
     recompute: 0 none, 1 selective, 2 full.
-    offload: 1 keeps parameters and optimizer state in host memory.
+    offload: 1 keeps parameters and optimizer state in host memory while
+      training: the optimizer step runs on the CPU (DeepSpeed ZeRO-Offload,
+      Megatron's ``optimizer_cpu_offload``) and ZeRO-3 weight shards stream
+      in for every pass.
+    swap: 1 moves the role's weights, gradients and optimizer state to host
+      memory while its pool generates and back before the role runs again
+      (veRL's FSDP ``param_offload`` / ``optimizer_offload`` and Megatron
+      ``param_offload`` / ``grad_offload``, OpenRLHF's
+      ``--deepspeed_enable_sleep``): host-link time in the switch, HBM freed
+      for the KV cache, the optimizer still on the GPU.
     vpp: Interleaved pipeline chunks per GPU (1 = plain 1F1B).
     sequence_parallel: Megatron SP with TP (static).
     flash_attention: FlashAttention-style attention core (static).
@@ -58,6 +74,7 @@ class Parallel:
   recompute: jax.Array | float = 2.0
   offload: jax.Array | float = 0.0
   vpp: jax.Array | float = 1.0
+  swap: jax.Array | float = 0.0
   sequence_parallel: bool = pytree.static_field(default=True)
   flash_attention: bool = pytree.static_field(default=True)
 
@@ -71,7 +88,7 @@ class Parallel:
                    vpp=self.vpp)
     pytree.check_positive("Parallel", micro_batch=self.micro_batch)
     for name, allowed in (("zero_stage", (0, 1, 2, 3)), ("recompute", (0, 1, 2)),
-                          ("offload", (0, 1))):
+                          ("offload", (0, 1)), ("swap", (0, 1))):
       v = getattr(self, name)
       if pytree.is_concrete(v):
         a = np.asarray(v, dtype=float)
@@ -99,20 +116,52 @@ class Engine:
     ep: Expert parallelism inside the engine (1, or tp to shard experts over
       the TP group with all-to-all instead of all-reduce).
     memory_fraction: Share of HBM the engine may use (weights + KV cache).
+      None (the default) is resolved by the plan's placement
+      (:func:`resolve_memory_fraction`): :data:`DEDICATED_MEMORY_FRACTION`
+      on a rollout pool the engine has to itself, :data:`SHARED_MEMORY_FRACTION`
+      when training or inference roles share its pool.
     max_seqs: Maximum concurrent sequences per engine.
     prefix_caching: Prefill each prompt once per group of samples (static).
+    cuda_graphs: Decode steps replay captured CUDA graphs (vLLM's and SGLang's
+      default); False is eager mode (vLLM ``enforce_eager=True``, veRL's
+      rollout default in volcengine/verl@008db456
+      ``verl/trainer/config/ppo_trainer.yaml``), which pays a per-layer
+      kernel-launch and Python cost every step
+      (``Efficiency.eager_layer_overhead_s``) (static).
+    sync_backend: How trained weights reach the engine (static):
+      ``per_tensor`` (every full tensor broadcast, or loaded, one call per
+      tensor: veRL's NCCL sync and hybrid-engine ``load_weights``),
+      ``bucketed`` (full tensors packed into large buckets and broadcast:
+      veRL's checkpoint engine, NeMo-RL's packed broadcast), ``reshard``
+      (shard-to-shard in buckets, each engine GPU receiving only its shard:
+      NeMo-RL's ``refit_transport=nccl_reshard``, disaggregated only) or
+      ``ipc`` (colocated only: CUDA IPC handles of the gathered shard in
+      buckets, NeMo-RL's colocated refit).
   """
 
   tp: jax.Array | float = 1.0
   pp: jax.Array | float = 1.0
   ep: jax.Array | float = 1.0
-  memory_fraction: jax.Array | float = 0.6
+  memory_fraction: jax.Array | float | None = None
   max_seqs: jax.Array | float = 1024.0
   prefix_caching: bool = pytree.static_field(default=True)
+  cuda_graphs: bool = pytree.static_field(default=True)
+  sync_backend: str = pytree.static_field(default="per_tensor")
 
   def __post_init__(self):
     _check_degrees("Engine", tp=self.tp, pp=self.pp, ep=self.ep, max_seqs=self.max_seqs)
     pytree.check_fraction("Engine", memory_fraction=self.memory_fraction)
+    if self.sync_backend not in SYNC_BACKENDS:
+      raise ValueError(f"Engine: sync_backend={self.sync_backend!r} is not one of "
+                       f"{SYNC_BACKENDS}")
 
   def replace(self, **changes) -> Engine:
     return dataclasses.replace(self, **changes)
+
+
+def resolve_memory_fraction(engine: Engine, shared: bool) -> Engine:
+  """``engine`` with its memory fraction set from the placement when None."""
+  if engine.memory_fraction is not None:
+    return engine
+  frac = SHARED_MEMORY_FRACTION if shared else DEDICATED_MEMORY_FRACTION
+  return engine.replace(memory_fraction=frac)

@@ -57,6 +57,26 @@ def memory_excess(rows: jax.Array, limits: jax.Array, on_gpu: tuple[bool, ...],
   return excess, fits
 
 
+BOUND_KINDS = (alg.GENERATE, alg.INFER, alg.TRAIN)
+"""Stage kinds whose work every plan of the job does (sync and switch may
+vanish with the layout, the old log-prob pass with the mode)."""
+
+
+def lower_bound_s(res: Residency, n_gpus) -> jax.Array:
+  """A bound no plan of this job on these GPUs beats, whatever its layout or mode.
+
+  The work every plan does (generation, inference and training at the
+  hardware's best rates, from the job alone; not the old log-prob pass,
+  which a mode may take from the engine) spread over all GPUs. A plan's step
+  is at least its busiest pool's time, each stage at least its work over its
+  pool, so step x GPUs >= the work. No depth term: partial rollouts and
+  staleness spread the longest response over steps.
+  """
+  work = sum((jnp.asarray(res.costs[st.name].work_gpu_s, float) for st in res.stages
+              if st.kind in BOUND_KINDS and st.name != alg.OLD_LOG_PROB), jnp.zeros(()))
+  return work / n_gpus
+
+
 def assemble(job: RLJob, plan: plan_lib.Plan, cluster: Cluster, gpus: dict[str, jax.Array],
              res: Residency, sched: Schedule, tau=0.0) -> Estimate:
   """The :class:`Estimate` of a scheduled step."""
@@ -78,9 +98,8 @@ def assemble(job: RLJob, plan: plan_lib.Plan, cluster: Cluster, gpus: dict[str, 
   samples = job.samples_per_step
   tokens = samples * (jnp.asarray(job.prompt_len, float) + job.response.mean)
   on_gpu = tuple(pools[n] != alg.CPU_POOL for n in names)
-  gpu_work = sum(work[i] * (1.0 if g else 0.0) for i, g in enumerate(on_gpu))
   gen = costs[alg.GENERATE]
-  lower = smooth.smax(gpu_work / n_gpus, gen.depth_s, tau)
+  lower = lower_bound_s(res, n_gpus)
 
   memory = jnp.stack([jnp.stack([jnp.broadcast_to(jnp.asarray(v, float), ()) for v in m])
                       for m in stage_memory(res, plan)])

@@ -20,6 +20,7 @@ from costmodel._src.cluster import Cluster
 from costmodel._src.job import RLJob
 from costmodel._src.layout import Engine
 from costmodel._src.layout import Parallel
+from costmodel._src.layout import resolve_memory_fraction
 from costmodel._src.model import ModelSpec
 
 ROLES = ("actor", "reference", "critic", "reward")
@@ -88,22 +89,67 @@ class Mode:
       tail (RLHFuse-style).
     fuse_training: Actor and critic training share one pipeline, filling each
       other's bubbles.
+    staleness_threshold: veRL's fully-asynchronous bound on stale samples, as
+      a share of a step's batch (``async_training.staleness_threshold``); when
+      set (needs staleness >= 1) it replaces ``staleness`` as the depth of the
+      bounded queue between generator and trainer, so 0.1 lets the generator
+      run a tenth of a step ahead.
+    require_batches: Mini-batches the trainer takes per call, streaming
+      (veRL's ``async_training.require_batches``; the calls per sync,
+      ``trigger_parameter_sync_step``, follow as mini_batches /
+      require_batches so a step is the job's batch). None: one call per step
+      over the whole batch, after generation. Set, the trainer starts as soon
+      as its first call's samples exist (needs the rollout pool apart from
+      the actor's training).
+    rollout_log_probs: The engine returns the old log-probs with the samples
+      (veRL's fully-async default ``use_rollout_log_probs``), so no
+      ``old_log_prob`` pass runs on the trainer.
+    single_controller: Batches move between roles through one controller
+      process (veRL, OpenRLHF and NeMo-RL on Ray): every stage hands its
+      batch off (``Efficiency.batch_transfer_bytes_per_s``) and every trainer
+      call is a remote call (``train_call_overhead_s``). False for SPMD
+      frameworks (DeepSpeed-Chat), where each rank keeps its own shard.
   """
 
   staleness: int = pytree.static_field(default=0)
   partial_rollout: bool = pytree.static_field(default=False)
   fuse_inference: bool = pytree.static_field(default=False)
   fuse_training: bool = pytree.static_field(default=False)
+  staleness_threshold: float | None = pytree.static_field(default=None)
+  require_batches: int | None = pytree.static_field(default=None)
+  rollout_log_probs: bool = pytree.static_field(default=False)
+  single_controller: bool = pytree.static_field(default=True)
 
   def __post_init__(self):
     if not isinstance(self.staleness, int) or self.staleness < 0:
       raise ValueError(f"Mode: staleness={self.staleness!r} must be an integer >= 0")
     rules.check_rules("mode", {"staleness": self.staleness, "partial": self.partial_rollout},
                       "Mode: ")
+    t = self.staleness_threshold
+    if t is not None:
+      if not isinstance(t, (int, float)) or not t >= 0:
+        raise ValueError(f"Mode: staleness_threshold={t!r} must be a number >= 0")
+      if self.staleness == 0:
+        raise ValueError(f"Mode: staleness_threshold={t!r} needs staleness >= 1 "
+                         "(asynchronous)")
+    rb = self.require_batches
+    if rb is not None and (not isinstance(rb, int) or rb < 1):
+      raise ValueError(f"Mode: require_batches={rb!r} must be an integer >= 1")
+
+  @property
+  def queue_depth(self) -> float:
+    """Steps the generator may run ahead of the trainer (k, or the threshold)."""
+    if self.staleness_threshold is not None:
+      return float(self.staleness_threshold)
+    return float(self.staleness)
 
   @property
   def name(self) -> str:
-    parts = ["sync" if self.staleness == 0 else f"async(k={self.staleness})"]
+    parts = ["sync" if self.staleness == 0 else f"async(k={self.queue_depth:g})"]
+    if self.require_batches is not None:
+      parts.append(f"stream({self.require_batches})")
+    if self.rollout_log_probs:
+      parts.append("rollout-logp")
     if self.partial_rollout:
       parts.append("partial")
     if self.fuse_inference:
@@ -133,13 +179,23 @@ def role_model(job: RLJob, role: str) -> ModelSpec:
 
 @pytree.pytree_dataclass
 class Plan:
-  """Pools, role placement and layouts, rollout engines, execution mode."""
+  """Pools, role placement and layouts, rollout engines, execution mode.
+
+  An engine whose ``memory_fraction`` is None gets 0.9 on a rollout pool no
+  role shares and 0.6 on a shared one (:func:`resolve_memory_fraction`).
+  """
 
   pools: tuple[Pool, ...]
   roles: tuple[RolePlan, ...]
   engine: Engine
   rollout_pool: str = pytree.static_field()
   mode: Mode = dataclasses.field(default_factory=Mode)
+
+  def __post_init__(self):
+    # An engine without a memory fraction takes what its placement leaves it.
+    if isinstance(self.engine, Engine) and self.engine.memory_fraction is None:
+      shared = any(r.pool == self.rollout_pool for r in self.roles)
+      object.__setattr__(self, "engine", resolve_memory_fraction(self.engine, shared))
 
   def pool(self, name: str) -> Pool:
     for p in self.pools:
@@ -304,3 +360,18 @@ def validate(plan: Plan, job: RLJob, cluster: Cluster, frameworks: tuple[str, ..
       "fuse_training": plan.mode.fuse_training,
       "critic_on_actor_pool": c is not None and a is not None and a.pool == c.pool}, "Plan: ",
       labels={"rollout_pool": plan.rollout_pool})
+  colocated = plan.shares_pool("actor")
+  if e.sync_backend == "ipc" and not colocated:
+    raise ValueError(f"Plan: engine sync_backend='ipc' needs the actor's training on the "
+                     f"rollout pool {plan.rollout_pool!r} (CUDA IPC is within one GPU)")
+  if e.sync_backend == "reshard" and colocated:
+    raise ValueError("Plan: engine sync_backend='reshard' needs the rollout pool apart from "
+                     "the actor's training pool (use 'ipc' or 'per_tensor' when colocated)")
+  rb = plan.mode.require_batches
+  if rb is not None:
+    if colocated:
+      raise ValueError(f"Plan: require_batches={rb} (streaming) needs the rollout pool "
+                       f"{plan.rollout_pool!r} apart from the actor's training pool")
+    if job.mini_batches % rb:
+      raise ValueError(f"Plan: require_batches={rb} must divide the job's "
+                       f"mini_batches={job.mini_batches}")

@@ -76,10 +76,9 @@ def roofline_points(job: RLJob, plan: plan_lib.Plan, cluster: Cluster,
   flops = float(e.pp) * float(w.matmul_flops + w.attention_flops)
   nbytes = float(e.pp) * float(w.weight_bytes + kv + w.activation_bytes)
   devices = registry.pool_devices(plan, cluster)
-  parts = gen_lib.decode_round(job.actor, job, e,
-                               registry.on_device(cluster, devices[plan.rollout_pool]),
-                               eff, conc, ctx)
-  t = float(sum(parts)) + float(eff.decode_step_overhead_s)
+  gen_cluster = registry.on_device(cluster, devices[plan.rollout_pool])
+  parts = gen_lib.decode_round(job.actor, job, e, gen_cluster, eff, conc, ctx)
+  t = float(sum(parts)) + float(gen_lib.step_overhead_s(job.actor, e, gen_cluster, eff, conc))
   out.append(("generate (decode)", flops / nbytes, flops / t))
   # One micro-batch of each inference and training stage.
   seq = float(job.prompt_len) + float(job.response.mean)

@@ -1,10 +1,13 @@
 """What stays in memory across the stages of a step, and what is offloaded.
 
 Each role keeps its state between stages: a trained role its weights and
-optimizer state (the share not offloaded), an inference-only role its
-weights. Roles on the rollout pool pay the switch: the engine sleeps and wakes
-around generation, and the offloaded training state goes to the host and
-back. The switch is a stage of its own, after generation, on the rollout pool;
+optimizer state (what its training holds on the GPU), an inference-only role
+its weights, unless the role swaps them to the host (``Parallel.swap``, as
+veRL's FSDP and Megatron offload flags do). Roles on the rollout pool pay the
+switch: the engine sleeps and wakes around generation, and the swapped state
+goes to the host and back over the host link; the HBM it frees holds the KV
+cache. Swapping is not the CPU optimizer (``Parallel.offload``), whose state
+stays on the host. The switch is a stage of its own, after generation, on the rollout pool;
 stages of that pool that only need the rollouts wait for it.
 """
 
@@ -44,14 +47,23 @@ class Residency(NamedTuple):
 
 
 def _kept_and_moved(cost: common.StageCost, stage: alg.StageSpec, r: plan_lib.RolePlan):
-  """(bytes kept in HBM, bytes offloaded) per GPU of a role's state."""
+  """(bytes kept in HBM, bytes swapped to the host and back) per GPU of a role's
+  state between its stages.
+
+  A trained role's state is what its training holds on the GPU (weights and
+  optimizer state; ``Parallel.offload``, the CPU optimizer, already keeps its
+  share on the host for good, so it neither stays nor moves); ``swap`` moves
+  it to the host while the pool generates. An inference-only role swaps its
+  weights with either flag.
+  """
   m = cost.memory
   if stage.kind == alg.TRAIN:
-    state, offload = m.weights + m.optimizer, r.train.offload
+    state, swap = m.weights + m.optimizer, jnp.asarray(r.train.swap, float)
   else:
-    state, offload = m.weights, r.infer_layout.offload
-  off = jnp.asarray(offload, float)
-  return state * (1.0 - off), state * off
+    lay = r.infer_layout
+    state = m.weights
+    swap = jnp.maximum(jnp.asarray(lay.offload, float), jnp.asarray(lay.swap, float))
+  return state * (1.0 - swap), state * swap
 
 
 def residency(graph: tuple[alg.StageSpec, ...], costs: dict[str, common.StageCost],

@@ -3,12 +3,16 @@
 * Synchronous (staleness 0): stages run in order; a stage starts when its
   inputs are ready and its pool is free (a disaggregated weight sync holds
   both pools). The step is the makespan.
-* Off-policy with staleness k >= 1: generation of step i + k overlaps training
-  of step i. The steady-state step is the busiest pool's time per step
+* Off-policy with staleness k >= 1 (or veRL's fractional staleness
+  threshold): generation of step i + k overlaps training of step i through a
+  bounded queue. The steady-state step is the busiest pool's time per step
   (weight sync counted on both sides), and at least the critical path over
-  k + 1 steps in flight.
+  k + 1 steps in flight (:func:`steady_state_s`). A streaming trainer
+  (``require_batches``) overlaps all but its last chunk with generation, on
+  policy (k = 0) too.
 * Partial rollouts (fully asynchronous): generation runs at its steady
-  concurrency, without the tail.
+  concurrency; the tail the queue cannot absorb stays
+  (:func:`partial_generation_s`).
 * Fusion: inference of finished samples overlaps the generation tail; actor
   and critic training share one pipeline (one bubble instead of two).
 """
@@ -55,6 +59,39 @@ def _scale_parts(cost: common.StageCost, new_time) -> common.StageCost:
                        bubble_s=cost.bubble_s * f, overhead_s=cost.overhead_s * f)
 
 
+def partial_generation_s(gen: common.StageCost, depth, tau=0.0):
+  """Generation per step with partial rollouts and a queue ``depth`` steps deep.
+
+  Unfinished requests carry over to the next step, so a step runs at the
+  steady concurrency; the tail beyond what the queue absorbs (``depth``
+  steps of steady generation ahead of the trainer) stays exposed, so a
+  shallow queue (veRL's staleness_threshold 0.1) keeps most of it.
+  """
+  steady = gen.extras["steady_time_s"]
+  tail = smooth.relu(gen.time_s - steady, gen.time_s, tau)
+  return steady + smooth.relu(tail - depth * steady, gen.time_s, tau)
+
+
+def steady_state_s(durations: dict, pools: dict, order, rollout: str, busy: dict,
+                   mode: plan_lib.Mode, mini_batches: int, tau=0.0):
+  """The step of a pipelined (asynchronous or streaming) mode.
+
+  The generator and the trainer run concurrently with a bounded queue
+  between them, ``k = mode.queue_depth`` steps deep: the slower side sets the
+  step (the faster one waits: the pools' idle time), and the chain of one
+  step (generation, then the trainer's stages, then the sync) spread over the
+  ``k + 1`` steps in flight bounds it from below. A streaming trainer
+  (``require_batches``) starts on its first chunk, so only its last chunk's
+  share of the training follows generation.
+  """
+  stream = 1.0 if mode.require_batches is None else mode.require_batches / mini_batches
+  trainer = sum(durations[n] for n in order if n != alg.GENERATE and pools[n] != rollout
+                and n != alg.SWITCH)
+  critical = durations[alg.GENERATE] + stream * trainer
+  pool_max = smooth.smax_n(jnp.stack(list(busy.values())), tau)
+  return smooth.smax(pool_max, critical / (mode.queue_depth + 1.0), tau)
+
+
 def mode_costs(costs: dict[str, common.StageCost], mode: plan_lib.Mode,
                tau=0.0) -> dict[str, common.StageCost]:
   """Stage costs under the mode: partial rollouts cut the generation tail, fused
@@ -62,7 +99,7 @@ def mode_costs(costs: dict[str, common.StageCost], mode: plan_lib.Mode,
   costs = dict(costs)
   gen = costs[alg.GENERATE]
   if mode.partial_rollout:
-    costs[alg.GENERATE] = _scale_parts(gen, gen.extras["steady_time_s"])
+    costs[alg.GENERATE] = _scale_parts(gen, partial_generation_s(gen, mode.queue_depth, tau))
   if mode.fuse_training and alg.CRITIC_UPDATE in costs:
     a, c = costs[alg.ACTOR_UPDATE], costs[alg.CRITIC_UPDATE]
     saved = smooth.smin(a.bubble_s, c.bubble_s, tau)
@@ -86,8 +123,11 @@ def _durations(res: Residency, costs, mode: plan_lib.Mode, tau):
   return durations
 
 
-def schedule(res: Residency, plan: plan_lib.Plan, tau=0.0) -> Schedule:
-  """Places the stages of ``res`` on their pools' timelines under ``plan.mode``."""
+def schedule(res: Residency, plan: plan_lib.Plan, tau=0.0, mini_batches: int = 1) -> Schedule:
+  """Places the stages of ``res`` on their pools' timelines under ``plan.mode``.
+
+  ``mini_batches`` (the job's) sets a streaming trainer's chunk share.
+  """
   mode = plan.mode
   rollout = plan.rollout_pool
   costs = mode_costs(res.costs, mode, tau)
@@ -119,13 +159,10 @@ def schedule(res: Residency, plan: plan_lib.Plan, tau=0.0) -> Schedule:
   for name in order:
     if pools[name] in busy:
       busy[pools[name]] = busy[pools[name]] + durations[name]
-  if async_mode:
+  streaming = mode.require_batches is not None
+  if async_mode or streaming:
     busy[rollout] = busy[rollout] + durations[alg.WEIGHT_SYNC]
-    critical = durations[alg.GENERATE] + sum(
-        durations[n] for n in order if n != alg.GENERATE and pools[n] != rollout
-        and n != alg.SWITCH)
-    pool_max = smooth.smax_n(jnp.stack(list(busy.values())), tau)
-    step = smooth.smax(pool_max, critical / (mode.staleness + 1.0), tau)
+    step = steady_state_s(durations, pools, order, rollout, busy, mode, mini_batches, tau)
   else:
     step = smooth.smax_n(jnp.stack([end[n] for n in order]), tau)
   return Schedule(costs, durations, start, end, busy, step)

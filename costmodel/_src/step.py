@@ -60,8 +60,10 @@ def estimate(job: RLJob, plan: plan_lib.Plan, cluster: Cluster,
   eff = efficiency if efficiency is not None else Efficiency()
   gpus = {p.name: jnp.asarray(p.gpus, float) for p in plan.pools}
   graph = algorithms.stage_graph(job)
+  if plan.mode.rollout_log_probs:  # the engine returns the old log-probs
+    graph = algorithms.without_stage(graph, algorithms.OLD_LOG_PROB)
   costs = {st.name: registry.stage_cost(st, job, plan, cluster, gpus, eff, tau)
            for st in graph}
   res = residency_lib.residency(graph, costs, job, plan, cluster, gpus, eff)
-  sched = schedule_lib.schedule(res, plan, tau)
+  sched = schedule_lib.schedule(res, plan, tau, mini_batches=job.mini_batches)
   return metrics.assemble(job, plan, cluster, gpus, res, sched, tau)

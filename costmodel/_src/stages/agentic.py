@@ -55,13 +55,15 @@ def turn_context(job: RLJob, t: int):
 
 
 def _turn(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: Cluster,
-          eff: Efficiency, tau, t: int) -> common.StageCost:
-  """One turn's generation with the turn's own prefill."""
+          eff: Efficiency, tau, t: int, controller: bool = True) -> common.StageCost:
+  """One turn's generation with the turn's own prefill (the episodes go back
+  through the controller once, after the last turn)."""
   mt = job.multi_turn
   ctx = turn_context(job, t)
   job_t = job.replace(prompt_len=ctx, multi_turn=None)
   whole = engine.replace(prefix_caching=False)
-  cost = gen_lib.generate(model, job_t, whole, pool_gpus, cluster, eff, tau)
+  cost = gen_lib.generate(model, job_t, whole, pool_gpus, cluster, eff, tau,
+                          controller=controller and t == mt.turns - 1)
   n_r = job.generated_samples_per_step / (pool_gpus / (engine.tp * engine.pp))
   # generate() prefilled the whole context of every sample: take it out.
   old_pr, old_comm = gen_lib.prefill(model, job_t, whole, cluster, eff, n_r * ctx, ctx, tau)
@@ -98,7 +100,7 @@ def env_call_s(job: RLJob, cluster: Cluster, tau=0.0):
 
 
 def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: Cluster,
-             eff: Efficiency, tau=0.0) -> common.StageCost:
+             eff: Efficiency, tau=0.0, controller: bool = True) -> common.StageCost:
   """Cost of one step's multi-turn episodes on the rollout pool.
 
   ``extras`` are the last turn's (its KV cache is the largest) with
@@ -107,7 +109,8 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
   ``steady_time_s``, ``decode_s``, ``tail_share`` over all turns.
   """
   mt = job.multi_turn
-  turns = [_turn(model, job, engine, pool_gpus, cluster, eff, tau, t) for t in range(mt.turns)]
+  turns = [_turn(model, job, engine, pool_gpus, cluster, eff, tau, t, controller)
+           for t in range(mt.turns)]
 
   def total(f):
     return sum(getattr(c, f) for c in turns)

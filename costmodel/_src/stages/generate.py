@@ -15,6 +15,17 @@ sequences finish and the last ones run at poor efficiency. When the KV cache
 holds fewer than all sequences (continuous batching), a queue phase at full
 concurrency precedes the tail.
 
+The stage ends with the slowest replica, when the longest of all ``N``
+requests ends (:func:`slowest_replica_longest`): the top bin holds 1/K of the
+requests, so some request reaches it with probability ``1 - (1 - 1/K)^N``.
+Each replica's tail runs at its own small batch, where a step costs the
+weight read plus the engine's per-step overhead (:func:`step_overhead_s`),
+so more replicas at a fixed batch stop helping once the per-replica tail
+(longest request x small-batch step) dominates: veRL issue #658 reports
+per-worker rollout times of 73, 119 and 167 s tracking each worker's longest
+response (3,768, 6,233, 8,412 tokens; ~19-20 ms per token), not its total
+tokens.
+
 With PP, ``pp`` micro-batches of ``B / pp`` sequences fill the pipeline; a
 round (every sequence advances one token) takes ``pp`` stage passes, each
 reading the stage's weights again.
@@ -26,6 +37,7 @@ import jax.numpy as jnp
 
 from costmodel._src import collectives
 from costmodel._src import layers
+from costmodel._src import layout as layout_lib
 from costmodel._src import roofline
 from costmodel._src import smooth
 from costmodel._src.cluster import Cluster
@@ -34,6 +46,7 @@ from costmodel._src.job import RLJob
 from costmodel._src.layout import Engine
 from costmodel._src.model import ModelSpec
 from costmodel._src.stages import common
+from costmodel._src.stages import infer as infer_lib
 
 WORKSPACE_BYTES = 2.0 * 2**30  # activations, CUDA graphs, sampler buffers
 
@@ -82,6 +95,44 @@ def decode_round(model, job, engine, cluster, eff, batch, ctx, tau=0.0):
   return rf.compute_s * pp, rf.memory_s * pp, comm * pp
 
 
+def step_overhead_s(model: ModelSpec, engine: Engine, cluster: Cluster, eff: Efficiency,
+                    batch):
+  """Engine overhead of one decode step at ``batch`` running sequences.
+
+  What the GPU does not do but the step waits for: the scheduler and input
+  preparation (``decode_step_overhead_s``), per-sequence sampling,
+  detokenisation and block-table updates (``decode_seq_overhead_s`` per
+  running sequence), the step's broadcast to every other worker of the
+  engine (``decode_rank_overhead_s`` per extra GPU), eager-mode kernel
+  launches (``eager_layer_overhead_s`` per layer without CUDA graphs) and a
+  cross-node RPC when the engine spans scale-up domains
+  (``cross_node_step_overhead_s``, in full once the engine spans two
+  domains). vLLM's profile of Llama-3-8B on one H100 (v0.5.3, blog
+  2024-09-05 "vLLM v0.6.0: 2.7x Throughput Improvement") spent 29% of the
+  time scheduling and 38% on the GPU.
+  """
+  ranks = engine.tp * engine.pp
+  spans = jnp.clip(ranks / cluster.scaleup_domain - 1.0, 0.0, 1.0)
+  eager = 0.0 if engine.cuda_graphs else float(model.n_layers)
+  return (eff.decode_step_overhead_s + eff.decode_seq_overhead_s * batch
+          + eff.decode_rank_overhead_s * (ranks - 1.0) + eff.eager_layer_overhead_s * eager
+          + eff.cross_node_step_overhead_s * spans)
+
+
+def slowest_replica_longest(knots, n_requests):
+  """Expected longest of ``n_requests`` responses: where the slowest replica ends.
+
+  The top bin (1/K of the requests, at the last knot) is reached with
+  probability ``p = 1 - (1 - 1/K)^N``; otherwise the longest is the
+  second-highest knot. Smooth in ``n_requests``.
+  """
+  k_bins = knots.shape[-1]
+  if k_bins == 1:
+    return knots[-1]
+  p = 1.0 - jnp.exp(jnp.asarray(n_requests, float) * jnp.log1p(-1.0 / k_bins))
+  return knots[-2] + p * (knots[-1] - knots[-2])
+
+
 def prefill(model, job, engine, cluster, eff, tokens, prompt, tau=0.0):
   """Prefill of ``tokens`` prompt tokens (prompts of length ``prompt``) on one engine.
 
@@ -103,7 +154,8 @@ def prefill(model, job, engine, cluster, eff, tokens, prompt, tau=0.0):
 
 
 def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: Cluster,
-             eff: Efficiency, tau=0.0, samples=None) -> common.StageCost:
+             eff: Efficiency, tau=0.0, samples=None, controller: bool = True
+             ) -> common.StageCost:
   """Cost of generating one step's responses on ``pool_gpus`` GPUs.
 
   Args:
@@ -115,6 +167,8 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
     eff: Efficiency parameters.
     tau: Smoothing temperature (0 = exact).
     samples: Sequences to generate (default: the job's generated samples).
+    controller: The rollouts go back through a single controller (the
+      hand-off of :func:`infer.batch_transfer_s` in the overhead).
 
   Returns:
     A :class:`StageCost`. ``extras`` holds ``replicas``, ``concurrency``
@@ -132,12 +186,15 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
   knots = jnp.asarray(job.response.knots, float)
   k_bins = knots.shape[-1]
   mean_resp = jnp.mean(knots)
-  max_resp = knots[-1]
+  cap_resp = knots[-1]
+  max_resp = slowest_replica_longest(knots, n_seq)
   prompt = jnp.asarray(job.prompt_len, float)
 
   # Memory and concurrency.
   weights = engine_weight_bytes(model, engine, job.param_bytes)
   kv_tok = kv_bytes_per_token_per_gpu(model, engine, job.kv_bytes)
+  if engine.memory_fraction is None:  # outside a plan: assume a shared pool
+    engine = layout_lib.resolve_memory_fraction(engine, shared=True)
   limit = engine.memory_fraction * hw.hbm_bytes
   kv_budget = smooth.relu(limit - weights - WORKSPACE_BYTES, hw.hbm_bytes, tau)
   kv_tokens = kv_budget / kv_tok
@@ -149,21 +206,23 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
 
   # Tail: bins alive (K-k)/K while bin k decodes, k = 0..K-1.
   alive = (k_bins - jnp.arange(k_bins, dtype=float)) / k_bins
-  prev = jnp.concatenate([jnp.zeros((1,)), knots[:-1]])
-  delta = knots - prev
-  ctx = prompt + 0.5 * (knots + prev)
+  ends = knots.at[-1].set(max_resp)  # the slowest replica's longest request
+  prev = jnp.concatenate([jnp.zeros((1,)), ends[:-1]])
+  delta = ends - prev
+  ctx = prompt + 0.5 * (ends + prev)
   batch = conc * alive
   c_s, m_s, x_s = decode_round(model, job, engine, cluster, eff, batch, ctx, tau)
-  over = eff.decode_step_overhead_s
+  over = step_overhead_s(model, engine, cluster, eff, batch)
   tail_parts = (jnp.sum(delta * c_s), jnp.sum(delta * m_s), jnp.sum(delta * x_s),
-                jnp.sum(delta) * over)
+                jnp.sum(delta * over))
   tail_mask = alive < 0.5
   tail_share_num = jnp.sum(jnp.where(tail_mask, delta * (c_s + m_s + x_s + over), 0.0))
 
   # Queue phase: the KV cache is full, concurrency stays at its peak.
   queue_steps = smooth.relu(n_r - conc, n_r, tau) * mean_resp / conc
   qc, qm, qx = decode_round(model, job, engine, cluster, eff, conc, ctx_running, tau)
-  queue_parts = (queue_steps * qc, queue_steps * qm, queue_steps * qx, queue_steps * over)
+  q_over = step_overhead_s(model, engine, cluster, eff, conc)
+  queue_parts = (queue_steps * qc, queue_steps * qm, queue_steps * qx, queue_steps * q_over)
 
   # Prefill: compute bound, once per prompt with prefix caching.
   prefill_tokens = n_r * prompt / (job.samples_per_prompt if engine.prefix_caching else 1.0)
@@ -172,13 +231,15 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
   compute_s = tail_parts[0] + queue_parts[0] + pr.compute_s
   memory_s = tail_parts[1] + queue_parts[1] + pr.memory_s
   comm_s = tail_parts[2] + queue_parts[2] + p_comm
-  overhead_s = tail_parts[3] + queue_parts[3] + eff.generate_overhead_s
+  transfer_s = infer_lib.batch_transfer_s(job, eff, n_seq) if controller else 0.0
+  overhead_s = tail_parts[3] + queue_parts[3] + eff.generate_overhead_s + transfer_s
   decode_s = sum(tail_parts) + sum(queue_parts)
   tokens_r = n_r * mean_resp
 
   # Without the tail: every token decoded at peak concurrency.
   steady_steps = tokens_r / conc
-  steady_s = steady_steps * (qc + qm + qx + over) + pr.time_s + p_comm + eff.generate_overhead_s
+  steady_s = (steady_steps * (qc + qm + qx + q_over) + pr.time_s + p_comm
+              + eff.generate_overhead_s + transfer_s)
 
   # Work and depth.
   fwd_flops = model.forward_flops_per_token(ctx_running)
@@ -188,9 +249,10 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
   work = smooth.smax(total_flops / (hw.peak_flops_per_s * hw.matmul_efficiency_max),
                      kv_stream / (hw.hbm_bandwidth_bytes_per_s * hw.hbm_efficiency_max), tau)
   one = decode_round(model, job, engine, cluster, eff, jnp.ones(()), prompt + 0.5 * max_resp, tau)
-  depth = max_resp * (one[0] + one[1] + one[2] + over)
+  depth = max_resp * (one[0] + one[1] + one[2] + step_overhead_s(model, engine, cluster, eff,
+                                                                  jnp.ones(())))
 
-  min_kv = (prompt + max_resp) * kv_tok
+  min_kv = (prompt + cap_resp) * kv_tok  # one request may reach the cap
   memory = common.Memory.zeros()._replace(
       weights=weights, kv_cache=smooth.smax(kv_budget, min_kv, tau),
       workspace=jnp.asarray(WORKSPACE_BYTES))

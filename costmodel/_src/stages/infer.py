@@ -5,7 +5,9 @@ of ``micro_batch`` sequences per GPU, on ``dp = pool_gpus / (tp * pp * cp)``
 data-parallel ranks. With PP the micro-batches stream through the pipeline
 (``m + pp - 1`` stage passes). With ZeRO-3/FSDP the weights are gathered once
 per micro-batch. The logits (tokens x vocab, split over TP) are held for
-the log-prob and count towards memory.
+the log-prob and count towards memory. The attention core sees the length
+distribution's second moment (:func:`attention_context`); the batch's hand-off
+from the controller (:func:`batch_transfer_s`) is in the overhead.
 """
 
 from __future__ import annotations
@@ -29,6 +31,31 @@ def sequence_tokens(job: RLJob):
           jnp.asarray(job.prompt_len, float) + job.response.max)
 
 
+def attention_context(job: RLJob):
+  """Mean causal attention context per token over the length distribution.
+
+  A sample of ``s`` tokens costs ``~s^2 / 2`` in the attention core, so the
+  per-token context is ``E[s^2] / (2 E[s])`` over the response bins, not
+  ``E[s] / 2``: a heavy tail (DAPO's 28k maximum over a 1.7k mean) makes the
+  core several times dearer than at the mean length.
+  """
+  s = jnp.asarray(job.prompt_len, float) + jnp.asarray(job.response.knots, float)
+  return 0.5 * jnp.mean(s**2) / jnp.mean(s)
+
+
+def batch_transfer_s(job: RLJob, eff: Efficiency, samples=None):
+  """Hand-off of one step's batch between roles through the controller.
+
+  veRL's single controller moves a ``DataProto`` padded to the maximum
+  prompt + response length (token ids, attention mask, position ids, and
+  the per-token results) through the Ray object store at every stage
+  boundary; the cost is per padded token, whatever the GPUs.
+  """
+  n = job.samples_per_step if samples is None else jnp.asarray(samples, float)
+  padded = n * (jnp.asarray(job.prompt_len, float) + job.response.max)
+  return padded * eff.batch_transfer_bytes_per_token / eff.batch_transfer_bytes_per_s
+
+
 def weight_shard(model: ModelSpec, layout: Parallel, dp):
   """Parameters per GPU before ZeRO sharding.
 
@@ -45,7 +72,8 @@ def weight_shard(model: ModelSpec, layout: Parallel, dp):
 
 
 def infer(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cluster,
-          eff: Efficiency, tau=0.0, samples=None, lm_head: bool = True) -> common.StageCost:
+          eff: Efficiency, tau=0.0, samples=None, lm_head: bool = True,
+          controller: bool = True) -> common.StageCost:
   """Cost of one forward pass over the step's samples.
 
   Args:
@@ -58,6 +86,8 @@ def infer(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
     tau: Smoothing temperature.
     samples: Samples to score (default: the job's samples per step).
     lm_head: False for value and reward heads (one output per token).
+    controller: The batch arrives through a single controller
+      (:func:`batch_transfer_s` in the overhead).
   """
   hw = cluster.accelerator
   n = job.samples_per_step if samples is None else jnp.asarray(samples, float)
@@ -67,7 +97,8 @@ def infer(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
   per_rank = n / dp
   m = smooth.ceil(per_rank / layout.micro_batch, tau)  # micro-batches per rank
   mb_seqs = per_rank / m
-  work = layers.forward_work(model, mb_seqs * seq, 0.5 * seq, tp=layout.tp, pp=layout.pp,
+  ctx = attention_context(job)
+  work = layers.forward_work(model, mb_seqs * seq, ctx, tp=layout.tp, pp=layout.pp,
                              cp=layout.cp, ep=layout.ep, param_bytes=job.param_bytes,
                              lm_head=lm_head)
   pt = common.pass_time(work, 1.0, cluster, eff, layout.tp, layout.cp, layout.ep, tau)
@@ -82,8 +113,8 @@ def infer(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
   memory_s = m * pt.memory_s
   comm_s = m * (pt.comm_s + gather_exposed)
   bubble_s = (layout.pp - 1.0) * stage_s
-  overhead_s = jnp.asarray(eff.infer_overhead_s, float)
-  flops = n * seq * model.forward_flops_per_token(0.5 * seq)
+  overhead_s = eff.infer_overhead_s + (batch_transfer_s(job, eff, n) if controller else 0.0)
+  flops = n * seq * model.forward_flops_per_token(ctx)
   work_gpu_s = flops / (hw.peak_flops_per_s * hw.matmul_efficiency_max)
   depth_s = layout.pp * stage_s  # one micro-batch through every stage
   # Memory: weights (ZeRO-3 sharded), activations of one micro-batch, logits.

@@ -44,10 +44,12 @@ def _optimizer_s(params, job: RLJob, cluster: Cluster, eff: Efficiency):
 
 
 def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cluster,
-          eff: Efficiency, tau=0.0, lm_head: bool = True) -> common.StageCost:
+          eff: Efficiency, tau=0.0, lm_head: bool = True, calls=1.0,
+          controller: bool = True) -> common.StageCost:
   """The actor's LoRA updates of one step (arguments as :func:`train.train`)."""
   lora = job.lora
-  full = train_lib.train(model, job, layout, pool_gpus, cluster, eff, tau, lm_head=lm_head)
+  full = train_lib.train(model, job, layout, pool_gpus, cluster, eff, tau, lm_head=lm_head,
+                         calls=calls, controller=controller)
   hw = cluster.accelerator
   n_updates = float(job.ppo_epochs * job.mini_batches)
   m, dp = full.extras["micro_batches"], full.extras["dp"]

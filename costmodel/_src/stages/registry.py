@@ -56,6 +56,10 @@ class StageContext(NamedTuple):
     role: The stage's role (None for generation, the switch and CPU stages).
     with_actor: The stage's pool also holds the actor (a LoRA reference
       shares its frozen base).
+    calls: Calls into the trainer per step (a training stage; more than one
+      when the trainer streams, ``Mode.require_batches``).
+    controller: Batches move through a single controller
+      (``Mode.single_controller``).
   """
 
   cluster: Cluster
@@ -69,6 +73,8 @@ class StageContext(NamedTuple):
   offload_bytes: Any = 0.0
   role: str | None = None
   with_actor: bool = False
+  calls: float = 1.0
+  controller: bool = True
 
 
 StageFn = Callable[[ModelSpec, Any, Hardware, RLJob, Efficiency, Any, StageContext],
@@ -83,14 +89,14 @@ def on_device(cluster: Cluster, device: Hardware) -> Cluster:
 def _generate(model, layout, device, job, eff, tau, ctx):
   if job.multi_turn is not None:
     return agentic.generate(model, job, layout, ctx.pool_gpus, on_device(ctx.cluster, device),
-                            eff, tau)
+                            eff, tau, controller=ctx.controller)
   return gen_lib.generate(model, job, layout, ctx.pool_gpus, on_device(ctx.cluster, device),
-                          eff, tau)
+                          eff, tau, controller=ctx.controller)
 
 
 def _infer(model, layout, device, job, eff, tau, ctx):
   cost = infer_lib.infer(model, job, layout, ctx.pool_gpus, on_device(ctx.cluster, device),
-                         eff, tau, lm_head=ctx.lm_head)
+                         eff, tau, lm_head=ctx.lm_head, controller=ctx.controller)
   if (job.lora is not None and job.lora.shared_reference and ctx.role == "reference"
       and ctx.with_actor):
     return lora_stages.shared_reference(cost)
@@ -100,9 +106,11 @@ def _infer(model, layout, device, job, eff, tau, ctx):
 def _train(model, layout, device, job, eff, tau, ctx):
   if job.lora is not None and ctx.role == "actor":
     return lora_stages.train(model, job, layout, ctx.pool_gpus,
-                             on_device(ctx.cluster, device), eff, tau, lm_head=ctx.lm_head)
+                             on_device(ctx.cluster, device), eff, tau, lm_head=ctx.lm_head,
+                             calls=ctx.calls, controller=ctx.controller)
   return train_lib.train(model, job, layout, ctx.pool_gpus, on_device(ctx.cluster, device),
-                         eff, tau, lm_head=ctx.lm_head)
+                         eff, tau, lm_head=ctx.lm_head, calls=ctx.calls,
+                         controller=ctx.controller)
 
 
 def _sync(model, layout, device, job, eff, tau, ctx):
@@ -163,7 +171,8 @@ def stage_inputs(stage: alg.StageSpec, job: RLJob, plan: plan_lib.Plan, cluster:
   devices = pool_devices(plan, cluster)
   pool = alg.stage_pool(stage, plan)
   actor = plan.role("actor")
-  ctx = StageContext(cluster, pool_gpus=gpus[pool], lm_head=has_lm_head(stage), **extra,
+  ctx = StageContext(cluster, pool_gpus=gpus[pool], lm_head=has_lm_head(stage),
+                     controller=plan.mode.single_controller, **extra,
                      role=stage.role, with_actor=actor is not None and actor.pool == pool)
   if stage.kind in (alg.GENERATE, alg.SWITCH):
     return job.actor, plan.engine, devices[pool], ctx
@@ -175,6 +184,8 @@ def stage_inputs(stage: alg.StageSpec, job: RLJob, plan: plan_lib.Plan, cluster:
     rollout = plan.rollout_pool
     ctx = ctx._replace(engine=plan.engine, peer_gpus=gpus[rollout],
                        peer_device=devices[rollout], colocated=pool == rollout)
+  elif plan.mode.require_batches is not None:  # a streaming trainer: one call per chunk
+    ctx = ctx._replace(calls=float(job.mini_batches // plan.mode.require_batches))
   return model, r.train, devices[pool], ctx
 
 

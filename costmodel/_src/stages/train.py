@@ -72,7 +72,8 @@ def dp_traffic_bytes(params, job: RLJob, zero_stage):
 
 def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cluster,
           eff: Efficiency, tau=0.0, samples=None, lm_head: bool = True,
-          global_batch=None, seq_len=None, updates=None) -> common.StageCost:
+          global_batch=None, seq_len=None, updates=None, calls=1.0,
+          controller: bool = True) -> common.StageCost:
   """Cost of the training updates of one RL step.
 
   Args:
@@ -89,6 +90,11 @@ def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
     seq_len: Tokens per sequence (default: prompt + mean response); set for
       pre-training style validation with fixed lengths.
     updates: Optimizer updates per step (default: epochs x mini_batches).
+    calls: Calls into the trainer per step (each pays
+      ``Efficiency.train_call_overhead_s``; none for pre-training style
+      validation with ``seq_len`` set).
+    controller: The batch arrives through a single controller and each call
+      is a remote one; False (SPMD frameworks) drops both overheads.
   """
   hw = cluster.accelerator
   n = job.samples_per_step if samples is None else jnp.asarray(samples, float)
@@ -107,7 +113,8 @@ def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
   mb = per_rank / m
   rc = jnp.asarray(layout.recompute, float)
 
-  work = layers.forward_work(model, mb * seq, 0.5 * seq, tp=tp, pp=pp, cp=cp, ep=ep,
+  ctx = infer_lib.attention_context(job) if seq_len is None else 0.5 * seq
+  work = layers.forward_work(model, mb * seq, ctx, tp=tp, pp=pp, cp=cp, ep=ep,
                              param_bytes=job.param_bytes, lm_head=lm_head,
                              sequence_parallel=layout.sequence_parallel,
                              flash_attention=layout.flash_attention)
@@ -164,9 +171,10 @@ def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
   memory_s = n_updates * per_update_memory
   comm_s = n_updates * per_update_comm
   bubble_s = n_updates * bubble
-  overhead_s = n_updates * eff.train_overhead_s
+  overhead_s = n_updates * eff.train_overhead_s + (
+      infer_lib.batch_transfer_s(job, eff, n) + calls * eff.train_call_overhead_s
+      if seq_len is None and controller else 0.0)
 
-  ctx = 0.5 * seq
   flops = n_updates * batch * seq * 3.0 * model.forward_flops_per_token(ctx)
   work_gpu_s = flops / (hw.peak_flops_per_s * hw.matmul_efficiency_max)
   depth_s = n_updates * (pp * stage_s + pp * p2p_s + (1.0 - off) * opt_gpu_s)

@@ -109,9 +109,11 @@ def _dapo28k_runs(mean: float) -> list[Run]:
     job = _dapo7b_job(28672.0, 16.0, mean)
     cluster = h20_cluster(gpus)
     train = _fsdp(job, 4.0, 61440.0)
-    # Colocated: actor parameters and optimizer offloaded, as in veRL's
-    # colocated DAPO scripts (one_step_off_policy/shell/*_colocate.sh).
-    colocated_train = train.replace(offload=1.0)
+    # Colocated: actor parameters and optimizer swapped to the host between
+    # stages, as in veRL's colocated DAPO scripts
+    # (one_step_off_policy/shell/*_colocate.sh: FSDP param_offload and
+    # optimizer_offload, the optimizer step on the GPU).
+    colocated_train = train.replace(swap=1.0)
     engine = Engine(tp=4.0, memory_fraction=0.8, max_seqs=1024.0)
     out.append(Run(f"verl-dapo7b-colocated-{gpus}", f"veRL DAPO 7B colocated, {gpus} H20",
                    job, Plan.colocated(job, cluster, train=colocated_train, engine=engine),
@@ -124,12 +126,15 @@ def _dapo28k_runs(mean: float) -> list[Run]:
     staleness_plan = Plan(
         pools=(Pool("gen", float(half)), Pool("train", float(half))),
         roles=(RolePlan("actor", "train", train=train),),
-        engine=engine, rollout_pool="gen", mode=Mode(staleness=1, partial_rollout=True))
+        engine=engine, rollout_pool="gen",
+        mode=Mode(staleness=1, staleness_threshold=0.5, partial_rollout=True, require_batches=4,
+                  rollout_log_probs=True))
     out.append(Run(f"verl-dapo7b-async-{gpus}", f"veRL DAPO 7B fully async {half}+{half} H20",
                    job, staleness_plan, cluster, a_step, {"update_actor": a_upd},
                    (f"rl:{ids[gpus][1]}",), VERL_FULLY_ASYNC,
-                   f"mean response {mean:.0f} (inferred); staleness 0.1-0.5 with partial "
-                   "rollouts modelled as one-step-off with partial rollouts"))
+                   f"mean response {mean:.0f} (inferred); the doc's settings: staleness "
+                   "threshold 0.5, partial rollouts, require_batches 4, trigger_parameter_"
+                   "sync_step 4, old log-probs from the rollout"))
   return out
 
 
@@ -148,11 +153,12 @@ def _one_step_off_runs(mean: float) -> list[Run]:
     job = _dapo7b_job(8192.0, samples, mean)
     cluster = h20_cluster(16)
     if megatron:
+      # Megatron param/grad/optimizer offload: swapped between stages.
       train = Parallel(tp=2.0, pp=2.0, micro_batch=2.0, zero_stage=1.0, recompute=2.0,
-                       offload=1.0 if colocated else 0.0)
+                       swap=1.0 if colocated else 0.0)
       infer = train.replace(micro_batch=4.0)
     else:
-      train = _fsdp(job, 4.0, 20480.0, offload=1.0 if colocated else 0.0)
+      train = _fsdp(job, 4.0, 20480.0).replace(swap=1.0 if colocated else 0.0)
       infer = _fsdp(job, 4.0, 30720.0)
     engine = Engine(tp=2.0, memory_fraction=0.8, max_seqs=1024.0)
     if colocated:
@@ -203,15 +209,16 @@ def _dsv3_run() -> Run:
   job = RLJob("grpo", dsv3, prompts_per_step=96.0, samples_per_prompt=8.0, prompt_len=256.0,
               response=ResponseLength.from_mean_max(1960.0, 9632.0), mini_batches=3)
   cluster = h20_cluster(96)
+  # optimizer_cpu_offload with fraction 1 (Megatron's CPU Adam) and
+  # param/grad offload between stages.
   train = Parallel(tp=8.0, pp=12.0, ep=8.0, micro_batch=4.0, zero_stage=1.0, recompute=2.0,
-                   offload=1.0)
-  engine = Engine(tp=32.0, memory_fraction=0.6, max_seqs=1024.0)
+                   offload=1.0, swap=1.0)
+  engine = Engine(tp=32.0, memory_fraction=0.6, max_seqs=1024.0, cuda_graphs=False)
   return Run("verl-dsv3-96", "veRL GRPO DeepSeek-V3 671B colocated, 96 H20", job,
              Plan.colocated(job, cluster, train=train, engine=engine), cluster, 1700.0,
              {"gen": 1050.0}, ("rl:18",), VERL_DSV3,
              "published 'rollout' (1,050 s) compared with generate + switch + sync; the "
-             "engine runs eager (no CUDA graphs) over 4 nodes, which the model does not "
-             "capture")
+             "engine runs eager (the script's enforce_eager=True) over 4 nodes")
 
 
 def _dschat_runs() -> list[Run]:
@@ -238,13 +245,15 @@ def _dschat_runs() -> list[Run]:
       plan = Plan.colocated(job, cluster, train=train,
                             critic=Parallel(micro_batch=4.0, zero_stage=3.0),
                             engine=Engine(tp=float(tp), memory_fraction=0.5,
-                                          prefix_caching=False))
+                                          prefix_caching=False, cuda_graphs=False),
+                            mode=Mode(single_controller=False))
       steps = 264292.0 / 1024.0
       out.append(Run(f"dschat-{size}-{gpus}",
                      f"DeepSpeed-Chat PPO OPT-{size} + 350M, {gpus} A100",
                      job, plan, cluster, seconds, {}, (f"rl:{next(rid)}",), DS_CHAT,
                      "1,024 pairs per step (the documented cap), 258 steps per epoch; "
-                     "per-config batch, ZeRO stage and inference TP are not published",
+                     "per-config batch, ZeRO stage and inference TP are not published; "
+                     "generation is DeepSpeed's hybrid-engine generate() loop in eager mode",
                      scale=steps, unit="s/epoch"))
   return out
 
@@ -255,24 +264,31 @@ _CACHE: dict = {}
 def inferred_means() -> dict[str, float]:
   """Mean response length inferred per group (cached)."""
   if "means" not in _CACHE:
-    _CACHE["means"] = {g: infer_mean_response(*a) for g, a in ANCHORS.items()}
+    _CACHE["means"] = {g: infer_mean_response(*a) for g, a in _anchors().items()}
   return _CACHE["means"]
 
 
 def anchor_case_labels() -> set[str]:
   """Labels of the cases used to infer a missing input (not predictions)."""
   out = set()
-  for build, key, stage in ANCHORS.values():
+  for build, key, stage in _anchors().values():
     run = next(r for r in build(1000.0) if r.key == key)
     out.add(f"{run.label}: {stage}")
   return out
 
 
+def _anchors() -> dict:
+  from costmodel._src.validation import async_cases  # pylint: disable=g-import-not-at-top
+  return {**ANCHORS, "dapo10k": async_cases.ANCHOR}
+
+
 def runs() -> list[Run]:
   """Every published RL run with a usable configuration."""
+  from costmodel._src.validation import async_cases  # pylint: disable=g-import-not-at-top
   means = inferred_means()
   return (_dapo28k_runs(means["dapo28k"]) + _one_step_off_runs(means["one_step_off"])
-          + [_dsv3_run()] + _dschat_runs())
+          + [_dsv3_run()] + _dschat_runs() + async_cases.ablation_runs(means["dapo28k"])
+          + async_cases.validate_pair_runs(means["dapo10k"]))
 
 
 _LAST: dict = {}
@@ -334,7 +350,7 @@ SKIPPED_RL = {
             "with its colocated twin",
     "rl:9": "multi-turn tool calling: lengths, samples and layouts not published",
     "rl:10": "multi-turn tool calling: lengths, samples and layouts not published",
-    "rl:11-13": "weight-sync microbenchmarks: used for the sync model's shape only",
+    "rl:11": "see SKIPPED_MORE (rows 12-13 are weight-sync cases, group rl_sync)",
     "rl:19-21": "MFU-only rows without lengths or batch",
     "rl:168-175": "headline claims without configuration",
 }
