@@ -7,6 +7,9 @@ from search._src.baselines import enumerate_plans
 from search._src.baselines import random_search
 from search._src.baselines import simulated_annealing
 from search._src.baselines import space_size
+from search._src.frameworks import Framework
+from search._src.frameworks import accepting as accepting_frameworks
+from search._src.frameworks import get as framework
 from search._src.optimize import optimize
 from search._src.relax import RelaxConfig
 from search._src.result import SearchResult
@@ -17,12 +20,15 @@ from search._src.space import default_families
 
 __all__ = (
     "FAMILIES",
+    "Framework",
     "RelaxConfig",
     "SearchResult",
     "SpaceOptions",
     "default_families",
+    "accepting_frameworks",
     "enumerate_plans",
     "export",
+    "framework",
     "optimize",
     "plan_to_dict",
     "random_search",
