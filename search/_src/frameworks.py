@@ -44,6 +44,8 @@ class Framework:
   Attributes:
     name: ``any`` or an exporter's name (:data:`export.FRAMEWORKS`).
     families: Placement families it runs.
+    critic_families: Placement families it runs for a job with a critic
+      (None: ``families``).
     rule_sets: Optional rule sets of the rule table its layouts obey.
     nodes: How its pools sit on nodes (see :func:`search._src.space.pool_sizes`).
     options: :class:`~search.SpaceOptions` fields it fixes.
@@ -55,6 +57,7 @@ class Framework:
 
   name: str
   families: tuple[str, ...]
+  critic_families: tuple[str, ...] | None = None
   rule_sets: tuple[str, ...] = ("zero3", "batch")
   nodes: str = "any"
   options: tuple[tuple[str, object], ...] = ()
@@ -101,7 +104,11 @@ _REGISTRY = {f.name: f for f in (
               note="veRL FSDP: ZeRO-3 without TP/PP/EP, full or no checkpointing"),
     # DeepSpeed: no pipeline, one --ds.* setting and one micro-batch for every
     # model; vLLM engines without PP or EP and vLLM's own max_num_seqs.
-    Framework("openrlhf", _ALL, rule_sets=("zero3", "batch", "openrlhf"), nodes="uniform",
+    # A critic on the actor's GPUs needs --train.colocate_all, which takes the
+    # engines along in a synchronous run: no synchronous split with a critic.
+    Framework("openrlhf", _ALL,
+              critic_families=("colocated", "split_async", "split_async_partial", "split3"),
+              rule_sets=("zero3", "batch", "openrlhf"), nodes="uniform",
               options=(("max_pp", 1), ("max_ep", 1), ("engine_max_pp", 1), ("engine_ep", (0,)),
                        ("max_seqs", (256,))) + _NO_SELECTIVE,
               ties=_tie(("critic",), _DEGREES + ("zero", "recompute", "offload", "mb_train",
@@ -113,7 +120,7 @@ _REGISTRY = {f.name: f for f in (
     # Policy workers hold the actor, reference and critic; DTensor or Megatron.
     Framework("nemo_rl", ("colocated", "split", "split_async", "split_async_partial"),
               rule_sets=("zero3", "batch", "nemo_rl"), nodes="whole", options=_NO_SELECTIVE,
-              ties=(("critic.mb_infer", "critic.mb_train"),),
+              ties=(("critic.mb_infer", "critic.mb_train"), ("critic.zero", "actor.zero")),
               note="NeMo-RL: whole nodes per role on several nodes, one value micro-batch"),
     # Megatron (ZeRO-1 distributed optimizer), SGLang engines without PP; every
     # model gets the actor's Megatron flags and micro-batch.
@@ -199,8 +206,11 @@ def families_for(job: cm.RLJob, framework: str, max_staleness: int = 0,
   user allows."""
   fw = get(framework)
   modes = allowed_modes(max_staleness, partial_rollout)
+  runs = fw.families
+  if fw.critic_families is not None and "critic" in cm.required_roles(job):
+    runs = fw.critic_families
   return tuple(p.name for p in cm.placements(job)
-               if p.name in fw.families and any(p.allows(m) for m in modes))
+               if p.name in runs and any(p.allows(m) for m in modes))
 
 
 def on_policy(family: str) -> bool:

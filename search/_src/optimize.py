@@ -92,7 +92,8 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
     cluster: The cluster.
     families: Placement families to search (default: every family that
       applies to the job, that ``framework`` runs and whose mode the user
-      allows, see :func:`search.default_families`).
+      allows; :func:`search.default_families` lists those that apply in any
+      mode).
     starts: Random starts per family, optimised together.
     steps: Relaxed optimisation steps.
     seed: Random seed; the same seed gives the same plan.

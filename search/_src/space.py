@@ -9,8 +9,9 @@ family and compares the families' rounded plans exactly. Inside a family every
 plan is a vector of values, one per :class:`Var`:
 
 * ``pool.<name>``: GPUs of each pool (relaxed: one GPU plus a softmax share of
-  the remaining GPUs; discrete: whole nodes, or divisors of a node for pools smaller
-  than one);
+  the remaining GPUs; discrete: see :func:`build`: any count for a pool
+  without a trained role, ``dp x 2^k`` with ``dp`` dividing the mini-batch for
+  a training pool, and a framework's node rule);
 * per role with its own layout (actor, critic, reward model): ``tp``, ``pp``,
   ``cp``, ``ep`` and the micro-batches ``mb_train`` and ``mb_infer`` (relaxed:
   log2 of the value; discrete: powers of two), and the categorical
@@ -319,17 +320,24 @@ class FamilySpace:
     """Variables grouped into blocks whose validity depends only on the block
     and the pools: ``pools``, one block per role with its own layout (the
     actor's holds the reference's offload), ``engine``."""
-    def head(name: str) -> str:
-      h = name.split(".")[0]
-      return {"pool": "pools", "reference": "actor"}.get(h, h)
-
-    # A role whose variables are tied to another role's joins that role's block.
-    merged = {head(a): head(b) for a, b in self.structure.ties if head(a) != head(b)}
-    root = lambda h: root(merged[h]) if h in merged else h
     groups: dict[str, list[int]] = {}
     for j, name in enumerate(self.names):
-      groups.setdefault(root(head(name)), []).append(j)
+      groups.setdefault(self.block_of(name), []).append(j)
     return tuple((k, tuple(v)) for k, v in groups.items())
+
+  def block_of(self, name: str) -> str:
+    """The block of variable ``name`` (or of a role's variables, ``name`` a
+    role): its head (``pool`` -> ``pools``, the reference in the actor's); a
+    role with variables tied to another role's joins that role's block."""
+    def head(n: str) -> str:
+      h = n.split(".")[0]
+      return {"pool": "pools", "reference": "actor"}.get(h, h)
+
+    merged = {head(a): head(b) for a, b in self.structure.ties if head(a) != head(b)}
+    h = head(name)
+    while h in merged:
+      h = merged[h]
+    return h
 
   def valid(self, values: np.ndarray, blocks=None) -> np.ndarray:
     """Which value vectors give a plan that runs (and is not a duplicate).
@@ -356,7 +364,7 @@ class FamilySpace:
     samples = float(self.job.samples_per_step)
     train_batch = samples / self.job.mini_batches
     for role in _LAYOUT_ROLES:
-      if role not in self.structure.roles or role not in check:
+      if role not in self.structure.roles or self.block_of(role) not in check:
         continue
       fields = self._layout_fields(values, role)
       ok &= cm.rule_mask("layout", fields, self.structure.rule_sets)
