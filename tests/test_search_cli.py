@@ -28,7 +28,9 @@ def test_cli_plans_prints_tables_and_writes_json(tmp_path):
   assert re.search(r"^#1 +[0-9.]+ s +split ", out, re.M)
   assert "rules of thumb:" in out
   rows = {}
-  for name in ("verl", "openrlhf", "areal", "kv_fit"):
+  # On-policy by default: the asynchronous areal rule is left out.
+  assert not re.search(r"^areal ", out, re.M)
+  for name in ("verl", "openrlhf", "kv_fit"):
     m = re.search(rf"^{name} +\w+ +([0-9.]+) +([0-9.]+)x", out, re.M)
     assert m, f"rule {name} missing from:\n{out}"
     rows[name] = (float(m.group(1)), float(m.group(2)))

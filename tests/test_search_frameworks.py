@@ -4,8 +4,6 @@ The small problem of tests/test_search.py (GRPO on Qwen2.5-1.5B, 16 H100, the
 compact space) with few starts and steps.
 """
 
-import os
-
 import numpy as np
 import pytest
 
@@ -16,18 +14,6 @@ from search._src import baselines
 from search._src import frameworks as fw_lib
 from search._src import result as result_lib
 from search._src import space as space_lib
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _cache_in_tmp(tmp_path_factory):
-  # The persistent compilation cache goes to a temporary directory.
-  old = os.environ.get("RLCOST_JAX_CACHE")
-  os.environ["RLCOST_JAX_CACHE"] = str(tmp_path_factory.mktemp("jax_cache"))
-  yield
-  if old is None:
-    os.environ.pop("RLCOST_JAX_CACHE")
-  else:
-    os.environ["RLCOST_JAX_CACHE"] = old
 
 
 @pytest.fixture(scope="module")

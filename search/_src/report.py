@@ -51,7 +51,7 @@ def format_result(result: SearchResult, rules: tuple[SearchResult, ...] = ()) ->
     else:
       lines += ["", "best on-policy plan: none found"]
   if rules:
-    lines += ["", "rules of thumb (speed-up of the searched plan of the same mode):",
+    lines += ["", "rules of thumb: speed-up of the searched plan of the same mode",
               f"{'rule':<10}{'family':<22}{'step (s)':>10}{'speed-up':>10}  layout"]
     for r in rules:
       same = result if r.feasible and r.best_plan.mode.staleness > 0 else sync
