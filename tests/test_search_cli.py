@@ -10,6 +10,9 @@ import sys
 def _start(args, tmp_path):
   env = dict(os.environ)
   env.pop("XLA_FLAGS", None)
+  # The code of this checkout, not an installed copy (the command runs in tmp_path).
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
   return subprocess.Popen([sys.executable, "-m", "search.plan", *args], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
 
