@@ -7,6 +7,9 @@ from search._src.baselines import enumerate_plans
 from search._src.baselines import random_search
 from search._src.baselines import simulated_annealing
 from search._src.baselines import space_size
+from search._src.frameworks import Framework
+from search._src.frameworks import accepting as accepting_frameworks
+from search._src.frameworks import get as framework
 from search._src.mixed import MixedResult
 from search._src.mixed import layouts_planner
 from search._src.mixed import mixed_cluster
@@ -27,14 +30,17 @@ from search._src.space import default_families
 __all__ = (
     "ClusterOption",
     "FAMILIES",
+    "Framework",
     "MixedResult",
     "RelaxConfig",
     "SearchResult",
     "SizingResult",
     "SpaceOptions",
+    "accepting_frameworks",
     "default_families",
     "enumerate_plans",
     "export",
+    "framework",
     "layouts_planner",
     "load_prices",
     "mixed_cluster",

@@ -52,14 +52,19 @@ _TOP_K = flags.DEFINE_integer("top_k", 5, "Plans to print.")
 _OUT = flags.DEFINE_string("out", None, "Write the best plan as JSON to this path.")
 _CACHE = flags.DEFINE_string(
     "compilation_cache_dir", None,
-    "Persistent JAX compilation cache (later runs of the same job shape skip compilation).")
+    "Persistent JAX compilation cache (later runs of the same job shape skip compilation); "
+    "default $RLCOST_JAX_CACHE or ~/.cache/rlcost/jax, 'off' switches it off.")
+_FRAMEWORK = flags.DEFINE_enum(
+    "framework", "any", ["any", "verl", "openrlhf", "nemo_rl", "slime", "areal"],
+    "Search only plans this framework can run (any: the framework-neutral rules).")
+_MAX_STALENESS = flags.DEFINE_integer(
+    "max_staleness", 0, "Largest staleness allowed (0: on-policy, synchronous).")
+_PARTIAL = flags.DEFINE_boolean(
+    "partial_rollout", False, "Allow partial rollouts (needs --max_staleness >= 1).")
 
 
 def main(argv) -> int:
   del argv
-  if _CACHE.value:
-    import jax  # pylint: disable=g-import-not-at-top
-    jax.config.update("jax_compilation_cache_dir", _CACHE.value)
   cli.check_outputs(_OUT.value)
   start = cli.source()
   if start is not None:
@@ -81,10 +86,17 @@ def main(argv) -> int:
     cluster = cm.Cluster(cm.hardware.get(_GPU.value), gpus_per_node=_GPUS_PER_NODE.value,
                          nodes=_NODES.value)
   print(report.format_job(job, cluster), flush=True)
-  result = search.optimize(job, cluster, families=_FAMILIES.value, starts=_STARTS.value,
-                           steps=_STEPS.value, seed=_SEED.value, top_k=_TOP_K.value,
-                           progress=True)
-  rules = search.rules_of_thumb(job, cluster) if result.feasible else ()
+  mode = dict(max_staleness=_MAX_STALENESS.value, partial_rollout=_PARTIAL.value)
+  try:
+    result = search.optimize(job, cluster, families=_FAMILIES.value, starts=_STARTS.value,
+                             steps=_STEPS.value, seed=_SEED.value, top_k=_TOP_K.value,
+                             progress=True, framework=_FRAMEWORK.value,
+                             compilation_cache=_CACHE.value, **mode)
+  except ValueError as e:
+    print(e, file=sys.stderr)
+    return 2
+  rules = (search.rules_of_thumb(job, cluster, framework=_FRAMEWORK.value, **mode)
+           if result.feasible else ())
   print(report.format_result(result, rules), flush=True)
   if start is not None:
     step = float(cm.estimate(job, current.plan, cluster).step_time_s)

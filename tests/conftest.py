@@ -79,6 +79,16 @@ def x64():
 # ----- specs shared by several test files -----------------------------------
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _jax_cache_in_tmp(tmp_path_factory):
+  """Searches keep their persistent compilation cache in a temporary directory
+  (``RLCOST_JAX_CACHE``; subprocesses inherit it)."""
+  mp = pytest.MonkeyPatch()
+  mp.setenv("RLCOST_JAX_CACHE", str(tmp_path_factory.mktemp("jax_cache")))
+  yield
+  mp.undo()
+
+
 @pytest.fixture(scope="session")
 def tiny_dense() -> ModelSpec:
   """A 4-layer GQA model with round numbers for hand-derived counts."""

@@ -20,7 +20,8 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def rules(job, cluster):
-  return {r.method: r for r in search.rules_of_thumb(job, cluster)}
+  return {r.method: r for r in search.rules_of_thumb(job, cluster, max_staleness=1,
+                                                      partial_rollout=True)}
 
 
 def test_every_rule_returns_a_valid_feasible_plan(rules, job, cluster):
@@ -56,7 +57,9 @@ def test_openrlhf_splits_three_ways_with_a_critic(cluster):
                  response=cm.ResponseLength.from_mean_max(1000.0, 4096.0))
   r = search.rules_of_thumb(ppo, cluster)[1]
   assert r.method == "openrlhf" and r.family == "split3" and r.feasible
-  assert sorted(float(p.gpus) for p in r.best_plan.pools) == [5.0, 5.0, 6.0]
+  # A third of 16 GPUs is 5.3; a training pool whose data-parallel degree can
+  # divide 256 samples holds a power of two (4); the engines take the rest.
+  assert [float(p.gpus) for p in r.best_plan.pools] == [8.0, 4.0, 4.0]
 
 
 def test_random_search_and_annealing_never_beat_enumeration(job, cluster):

@@ -130,9 +130,11 @@ def _dp(f, xp):
   return f["gpus"] / xp.maximum(f["tp"] * f["pp"] * f["cp"], 1.0)
 
 
-def _batch_rule(name: str, set_name: str, source: str, per_gpus: bool) -> Rule:
+def _batch_rule(name: str, set_name: str, source: str, per_gpus: bool,
+                with_micro: bool = True) -> Rule:
   """A training batch that must split evenly: the mini-batch over data-parallel
-  ranks x micro-batch, or (``per_gpus``) the step's samples over the pool."""
+  ranks x micro-batch (``with_micro=False``: over the data-parallel ranks), or
+  (``per_gpus``) the step's samples over the pool."""
   if per_gpus:
     def measure(f, xp, exact):
       return _when(xp, f["trained"] > 0.5, _divides(xp, f["gpus"], f["samples"], exact))
@@ -142,13 +144,14 @@ def _batch_rule(name: str, set_name: str, source: str, per_gpus: bool) -> Rule:
               f"GPUs ({source})")
   else:
     def measure(f, xp, exact):
-      unit = _dp(f, xp) * f["micro_batch"]
+      unit = _dp(f, xp) * (f["micro_batch"] if with_micro else 1.0)
       return _when(xp, f["trained"] > 0.5, _divides(xp, unit, f["mini_batch_samples"], exact))
 
     def message(f):
       dp = f["gpus"] / (f["tp"] * f["pp"] * f["cp"])
+      micro = f" x micro_batch={f['micro_batch']:g}" if with_micro else ""
       return (f"samples_per_step/mini_batches={f['mini_batch_samples']:g} must divide over "
-              f"dp={dp:g} x micro_batch={f['micro_batch']:g} ({source})")
+              f"dp={dp:g}{micro} ({source})")
   return Rule(name, "layout", set_name, measure, message, source)
 
 
@@ -156,6 +159,12 @@ _VERL = "veRL: verl/workers/fsdp_workers.py @b38119fa, ppo_mini_batch_size over 
 _VERL_STEP = "veRL: verl/trainer/ppo/ray_trainer.py, train batch x rollout.n over trainer GPUs"
 _OPENRLHF = "OpenRLHF: openrlhf/utils/deepspeed/deepspeed.py @39dfc6df, train_batch_size"
 _NEMO_RL = "NeMo-RL: nemo_rl/models/policy/lm_policy.py @007c9ca8, train_global_batch_size"
+_SLIME = ("slime: THUDM/slime@624b824 trains with Megatron-LM, whose global batch must divide "
+          "over micro_batch x data-parallel ranks (--global-batch-size, --micro-batch-size)")
+_AREAL = ("AReaL: inclusionAI/AReaL@4aef98d, a mini-batch (ppo_n_minibatches) splits over the "
+          "data-parallel ranks and mb_spec.n_mbs micro-batches")
+_BATCH = ("every framework above splits each mini-batch evenly over the data-parallel ranks "
+          "of the training pool")
 
 RULES: tuple[Rule, ...] = tuple(
     _degree_rules("layout", ("tp", "pp", "cp", "ep")) + [
@@ -192,6 +201,9 @@ RULES: tuple[Rule, ...] = tuple(
         _batch_rule("verl_mini_batch", "verl", _VERL, per_gpus=False),
         _batch_rule("openrlhf_train_batch", "openrlhf", _OPENRLHF, per_gpus=False),
         _batch_rule("nemo_rl_global_batch", "nemo_rl", _NEMO_RL, per_gpus=False),
+        _batch_rule("slime_global_batch", "slime", _SLIME, per_gpus=False),
+        _batch_rule("areal_mini_batch", "areal", _AREAL, per_gpus=False),
+        _batch_rule("dp_divides_mini_batch", "batch", _BATCH, per_gpus=False, with_micro=False),
     ] + _degree_rules("engine", ("tp", "pp", "ep")) + [
         Rule("engine_divides_pool", "engine", "core",
              lambda f, xp, ex: _divides(xp, f["tp"] * f["pp"], f["gpus"], ex),
@@ -225,4 +237,4 @@ RULES: tuple[Rule, ...] = tuple(
              lambda f: "fuse_training=True needs a critic on the actor's pool"),
     ])
 
-RULE_SETS: tuple[str, ...] = ("zero3", "verl", "openrlhf", "nemo_rl")
+RULE_SETS: tuple[str, ...] = ("zero3", "batch", "verl", "openrlhf", "nemo_rl", "slime", "areal")

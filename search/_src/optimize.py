@@ -10,8 +10,13 @@ For each placement family (enumerated, see :mod:`search._src.space`):
 3. the best of them seed a batched discrete local search on the exact model.
 
 The families' plans are then ranked together; the best ``top_k`` feasible
-plans are returned with their exact estimates, next to each family's relaxed
-optimum.
+plans that differ in placement or a parallel degree (not only in a tuning
+knob, :func:`~search._src.result.layout_key`) are returned with their exact
+estimates, next to each family's relaxed optimum. The space is the chosen
+framework's (:mod:`search._src.frameworks`); with a framework named, only
+plans its exporter accepts are returned. Off-policy families are searched
+only when the user allows them (``max_staleness``, ``partial_rollout``);
+then the best on-policy plan is reported too.
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ from absl import logging
 import numpy as np
 
 import costmodel as cm
+from search._src import compile_cache
 from search._src import evaluate
+from search._src import frameworks as fw_lib
 from search._src import relax
 from search._src import result as result_lib
 from search._src import rounding
@@ -75,14 +82,18 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
              steps: int = 200, seed: int = 0, top_k: int = 5,
              efficiency: cm.Efficiency | None = None, progress: bool = False,
              space: space_lib.SpaceOptions | None = None,
-             relax_config: relax.RelaxConfig | None = None) -> SearchResult:
+             relax_config: relax.RelaxConfig | None = None, framework: str = "any",
+             max_staleness: int = 0, partial_rollout: bool = False,
+             compilation_cache: str | bool | None = None) -> SearchResult:
   """Searches the layout of ``job`` on ``cluster`` that minimises step time.
 
   Args:
     job: The RL job.
     cluster: The cluster.
     families: Placement families to search (default: every family that
-      applies to the job, see :func:`search.default_families`).
+      applies to the job, that ``framework`` runs and whose mode the user
+      allows; :func:`search.default_families` lists those that apply in any
+      mode).
     starts: Random starts per family, optimised together.
     steps: Relaxed optimisation steps.
     seed: Random seed; the same seed gives the same plan.
@@ -93,22 +104,31 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
     space: The discrete options of each variable (defaults if None).
     relax_config: Schedules of the relaxed phase (``steps`` overrides its
       step count).
+    framework: ``any`` or a framework (``verl``, ``openrlhf``, ``nemo_rl``,
+      ``slime``, ``areal``): the space holds only plans it can run, and the
+      plans returned are those its exporter accepts.
+    max_staleness: Largest staleness allowed (0: on-policy, synchronous).
+    partial_rollout: Whether partial rollouts may be used (needs
+      ``max_staleness >= 1``).
+    compilation_cache: Directory of the persistent JAX compilation cache;
+      None: ``$RLCOST_JAX_CACHE`` or ``~/.cache/rlcost/jax``; False: off.
 
   Returns:
     A :class:`SearchResult`. When no plan fits, ``best_plan`` is None and
     ``infeasible_reason`` names the stage of the least-bad plan that does not
-    fit and by how much.
+    fit and by how much (or the exporter's refusal).
 
   Raises:
-    ValueError: for an unknown family or non-positive ``starts``, ``steps``
-      or ``top_k``.
+    ValueError: for an unknown family or framework, a family outside the
+      allowed modes or the framework, or non-positive ``starts``, ``steps``
+      or ``top_k``, a negative ``max_staleness``.
 
   Notes:
     Compilation dominates a cold search (one relaxed loop and one exact
     evaluator per family); jobs that differ only in numbers (lengths, batch
-    sizes, hardware figures) reuse the compiled code. Each compiled function
-    keeps its machine code mapped; a process that searches many differently
-    shaped jobs may call ``jax.clear_caches()`` between them.
+    sizes, hardware figures) reuse the compiled code, and the persistent
+    cache serves it to later processes. ``compile_time_s`` of the result
+    says how much of the wall time was compilation.
 
   Example:
     >>> import costmodel as cm, search
@@ -121,19 +141,42 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
   _check_int("steps", steps, 1)
   _check_int("top_k", top_k, 1)
   _check_int("seed", seed, 0)
-  fams = tuple(families) if families is not None else space_lib.default_families(job)
+  _check_int("max_staleness", max_staleness, 0)
+  if partial_rollout and max_staleness < 1:
+    raise ValueError(f"optimize: partial_rollout=True needs max_staleness >= 1, got "
+                     f"{max_staleness=}")
+  fw = fw_lib.get(framework)
+  allowed = fw_lib.families_for(job, framework, max_staleness, partial_rollout)
+  fams = tuple(families) if families is not None else allowed
   for f in fams:
     if f not in space_lib.FAMILIES:
       raise ValueError(f"optimize: family={f!r} is not one of {space_lib.FAMILIES}")
+    if f not in allowed and cm.placement(f).applies_to(job):
+      raise ValueError(f"optimize: family={f!r} is outside the space of {framework=} with "
+                       f"{max_staleness=}, {partial_rollout=} (allowed: {allowed})")
   if not fams:
     raise ValueError("optimize: families is empty")
-  eff = efficiency if efficiency is not None else cm.Efficiency()
-  cfg = (relax_config or relax.RelaxConfig())._replace(steps=int(steps))
+  compile_cache.enable(compilation_cache)
+  with compile_cache.CompileClock() as clock:
+    res = _search(job, cluster, fams, fw, starts, seed, top_k,
+                  efficiency if efficiency is not None else cm.Efficiency(),
+                  (relax_config or relax.RelaxConfig())._replace(steps=int(steps)), space,
+                  progress)
+  wall = time.perf_counter() - t0
+  res = dataclasses.replace(res, wall_time_s=wall, compile_time_s=min(clock.seconds, wall))
+  if res.on_policy is not None:
+    res = dataclasses.replace(res, on_policy=dataclasses.replace(
+        res.on_policy, wall_time_s=wall, compile_time_s=res.compile_time_s))
+  return res
+
+
+def _search(job, cluster, fams, fw: fw_lib.Framework, starts, seed, top_k, eff, cfg, space,
+            progress) -> SearchResult:
   runs, history, bound, best_by = [], {}, {}, {}
   skipped = []
   for fam in fams:
     tf = time.perf_counter()
-    fs = space_lib.build(fam, job, cluster, space)
+    fs = fw.build(fam, job, cluster, space)
     if fs is None:
       skipped.append(fam)
       continue
@@ -148,17 +191,16 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
       _progress(f"family {fam:<20} relaxed {bound[fam]:8.2f} s  rounded {best_by[fam]:8.2f} s"
                 f"  {run.ev.count:7d} evaluations  {time.perf_counter() - tf:.1f} s")
   done = dict(method="optimize", relaxed_bound_s=bound, best_by_family_s=best_by,
-              history=history)
+              history=history, framework=fw.name)
   if not runs:
-    return SearchResult(wall_time_s=time.perf_counter() - t0,
-                        infeasible_reason=f"no family can hold the job on {cluster.n_gpus} "
+    return SearchResult(infeasible_reason=f"no family can hold the job on {cluster.n_gpus} "
                         f"GPUs (tried {', '.join(skipped)})", **done)
-  evaluations = lambda: sum(r.ev.count for r in runs)
+  evaluations = sum(r.ev.count for r in runs)
+  done["evaluations"] = evaluations
   # Rank every family's plans together.
   owner = [(k, i) for k, run in enumerate(runs) for i in range(len(run.ranked.feasible))]
   if not owner:
-    return SearchResult(wall_time_s=time.perf_counter() - t0, evaluations=evaluations(),
-                        infeasible_reason="no valid discrete plan: every rounded layout breaks "
+    return SearchResult(infeasible_reason="no valid discrete plan: every rounded layout breaks "
                         "a divisibility rule of the pools "
                         f"({', '.join(r.fs.family for r in runs)})", **done)
   cat = lambda field: np.concatenate([getattr(r.ranked, field) for r in runs], 0)
@@ -171,31 +213,61 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
     est = run.ev.estimates(run.ranked.values[i:i + 1])[0]
     reason = (f"no feasible plan in families {', '.join(r.fs.family for r in runs)}; the "
               f"least-bad ({run.fs.family}): " + result_lib.least_bad_reason(est))
-    return SearchResult(wall_time_s=time.perf_counter() - t0,
-                        evaluations=evaluations(), infeasible_reason=reason, **done)
-  # Distinct plans: variables that do not change the step time (a memory
-  # fraction on a pool with room to spare, an unused offload) give ties;
-  # keep the first of each.
-  chosen, seen = [], set()
-  for k, i in feasible:
-    key = (k, float(np.float32(runs[k].ranked.step_time_s[i])))
+    return SearchResult(infeasible_reason=reason, **done)
+  chosen, refusal = _distinct(runs, feasible, top_k, fw, job, cluster)
+  if not chosen:
+    return SearchResult(infeasible_reason=f"no plan found that {fw.name} runs; its exporter "
+                        f"refused the best: {refusal}", **done)
+  on_policy = None
+  if any(not fw_lib.on_policy(r.fs.family) for r in runs):
+    sync = [(k, i) for k, i in feasible if fw_lib.on_policy(runs[k].fs.family)]
+    first, _ = _distinct(runs, sync, 1, fw, job, cluster)
+    if first:
+      (plan, est), = _exact(runs, first)
+      fam = runs[first[0][0]].fs.family
+      on_policy = SearchResult(method="optimize", best_plan=plan, best_estimate=est,
+                               family=fam, top=((plan, est),), top_families=(fam,),
+                               framework=fw.name,
+                               accepted_by=fw_lib.accepting(plan, job, cluster))
+  plans = tuple(_exact(runs, chosen))
+  top_fams = tuple(runs[k].fs.family for k, _ in chosen)
+  return SearchResult(best_plan=plans[0][0], best_estimate=plans[0][1], family=top_fams[0],
+                      top=plans, top_families=top_fams, on_policy=on_policy,
+                      accepted_by=fw_lib.accepting(plans[0][0], job, cluster), **done)
+
+
+# Ranked plans looked at for distinct, exportable top plans.
+_MAX_SCAN = 20000
+
+
+def _distinct(runs, entries, top_k, fw, job, cluster):
+  """The first ``top_k`` entries with distinct layouts
+  (:func:`~search._src.result.layout_key`) that ``fw`` runs, and the first
+  refusal met (None when none)."""
+  chosen, seen, refusal = [], set(), None
+  for k, i in entries[:_MAX_SCAN]:
+    fs = runs[k].fs
+    plan = fs.to_plan(np.asarray(runs[k].ranked.values[i], np.float64))
+    key = result_lib.layout_key(plan, fs.family)
     if key in seen:
+      continue
+    err = fw_lib.export_error(fw.name, plan, job, cluster)
+    if err is not None:
+      refusal = refusal or err
       continue
     seen.add(key)
     chosen.append((k, i))
     if len(chosen) == top_k:
       break
-  top = []
+  return chosen, refusal
+
+
+def _exact(runs, chosen):
+  """(plan, exact estimate) of each chosen entry, in order."""
+  out = {}
   for k in sorted({k for k, _ in chosen}):
-    run = runs[k]
     rows = [i for kk, i in chosen if kk == k]
-    for i, (plan, est) in zip(rows, result_lib.exact_plans(run.ev, run.ranked.values[rows]),
-                              strict=True):
-      top.append((chosen.index((k, i)), plan, est, run.fs.family))
-  top.sort(key=lambda e: e[0])
-  plans = tuple((p, e) for _, p, e, _ in top)
-  top_fams = tuple(f for _, _, _, f in top)
-  return SearchResult(best_plan=plans[0][0], best_estimate=plans[0][1], family=top_fams[0],
-                      top=plans, top_families=top_fams,
-                      wall_time_s=time.perf_counter() - t0,
-                      evaluations=evaluations(), **done)
+    for i, pe in zip(rows, result_lib.exact_plans(runs[k].ev, runs[k].ranked.values[rows]),
+                     strict=True):
+      out[(k, i)] = pe
+  return [out[c] for c in chosen]

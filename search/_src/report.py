@@ -8,6 +8,7 @@ import numpy as np
 
 import costmodel as cm
 from export import describe
+from search._src import result as result_lib
 from search._src.result import SearchResult
 
 
@@ -16,9 +17,14 @@ def _fmt_s(x: float) -> str:
 
 
 def format_result(result: SearchResult, rules: tuple[SearchResult, ...] = ()) -> str:
-  """The search's families, top plans with the best plan's stage breakdown,
-  and the rules of thumb with the searched plan's speed-up over each."""
-  lines = [f"search: {result.wall_time_s:.1f} s, {result.evaluations:,} exact evaluations", "",
+  """The search's families, top plans (each with what differs from the best)
+  with the best plan's stage breakdown, the best on-policy plan when
+  off-policy modes were allowed, and the rules of thumb with the speed-up of
+  the searched plan of the same mode (synchronous rules: the best on-policy
+  plan) over each."""
+  lines = [f"search: {result.wall_time_s:.1f} s ({result.compile_time_s:.1f} s compiling, "
+           f"{result.search_time_s:.1f} s searching), {result.evaluations:,} exact evaluations, "
+           f"framework {result.framework}", "",
            f"{'family':<22}{'relaxed (s)':>12}{'rounded (s)':>12}"]
   for fam in result.history:
     lines.append(f"{fam:<22}{_fmt_s(result.relaxed_bound_s.get(fam, float('nan'))):>12}"
@@ -28,15 +34,29 @@ def format_result(result: SearchResult, rules: tuple[SearchResult, ...] = ()) ->
     lines.append(f"INFEASIBLE: {result.infeasible_reason}")
     return "\n".join(lines)
   lines.append("top plans:")
+  best_plan, best_fam = result.best_plan, result.family
   for k, ((plan, est), fam) in enumerate(zip(result.top, result.top_families, strict=True)):
     lines.append(f"#{k + 1} {float(est.step_time_s):8.2f} s  {fam:<20} {describe(plan)}")
-  lines += ["", f"best plan ({result.family}):", result.best_estimate.summary()]
+    if k:
+      lines.append(f"{'':14}vs #1: {result_lib.differences(plan, fam, best_plan, best_fam)}")
+  accepted = ", ".join(result.accepted_by) or "none of the exporters"
+  lines += ["", f"best plan ({result.family}), accepted by {accepted}:",
+            result.best_estimate.summary()]
+  sync = result
+  if result.on_policy is not None:
+    sync = result.on_policy
+    if sync.feasible:
+      lines += ["", f"best on-policy plan: {sync.best_step_time_s:.2f} s  {sync.family:<20} "
+                f"{describe(sync.best_plan)}"]
+    else:
+      lines += ["", "best on-policy plan: none found"]
   if rules:
-    best = float(result.best_estimate.step_time_s)
-    lines += ["", "rules of thumb:",
+    lines += ["", "rules of thumb: speed-up of the searched plan of the same mode",
               f"{'rule':<10}{'family':<22}{'step (s)':>10}{'speed-up':>10}  layout"]
     for r in rules:
-      speed = r.best_step_time_s / best if r.feasible else float("nan")
+      same = result if r.feasible and r.best_plan.mode.staleness > 0 else sync
+      best = same.best_step_time_s
+      speed = r.best_step_time_s / best if r.feasible and same.feasible else float("nan")
       layout = describe(r.best_plan) if r.feasible else "does not fit"
       lines.append(f"{r.method:<10}{r.family or '-':<22}{_fmt_s(r.best_step_time_s)}"
                    f"{(f'{speed:9.2f}x' if np.isfinite(speed) else '        -')}  {layout}")

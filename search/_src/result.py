@@ -109,6 +109,14 @@ class SearchResult:
     history: Per family, the best relaxed step time of the nearly feasible
       starts at each optimisation step (``optimize`` only; numpy, inf before
       any is feasible).
+    compile_time_s: Seconds of ``wall_time_s`` spent tracing and compiling
+      (a warm search, or one served by the persistent cache, spends little).
+    framework: The framework whose space was searched (``any``: none).
+    accepted_by: The exporters (:data:`export.FRAMEWORKS`) that accept
+      ``best_plan``.
+    on_policy: When off-policy modes were allowed (``max_staleness > 0``):
+      the best on-policy (synchronous) plan found, as a result of its own;
+      else None.
   """
 
   method: str
@@ -125,6 +133,15 @@ class SearchResult:
   relaxed_bound_s: dict = dataclasses.field(default_factory=dict)
   best_by_family_s: dict = dataclasses.field(default_factory=dict)
   history: dict = dataclasses.field(default_factory=dict)
+  compile_time_s: float = 0.0
+  framework: str = "any"
+  accepted_by: tuple = ()
+  on_policy: SearchResult | None = None
+
+  @property
+  def search_time_s(self) -> float:
+    """Wall time less compilation."""
+    return max(self.wall_time_s - self.compile_time_s, 0.0)
 
   @property
   def feasible(self) -> bool:
@@ -140,3 +157,55 @@ class SearchResult:
 def least_bad_reason(est: cm.Estimate) -> str:
   """Why the least-bad plan does not fit: its estimate's violations."""
   return "; ".join(est.violations or ("no stage fits",))
+
+
+def _degrees(p: cm.Parallel | None) -> tuple:
+  if p is None:
+    return ()
+  return tuple(float(getattr(p, d)) for d in ("tp", "pp", "cp", "ep"))
+
+
+def layout_key(plan: cm.Plan, family: str) -> tuple:
+  """What tells two plans apart beyond tuning knobs: the family, the pool
+  sizes and every parallel degree (roles' tp, pp, cp, ep; the engine's tp, pp,
+  ep). Micro-batches, ZeRO stage, recompute, offload, the engine's
+  concurrency and memory fraction are knobs."""
+  pools = tuple((p.name, float(p.gpus)) for p in plan.pools)
+  roles = tuple((r.role, _degrees(r.train), _degrees(r.infer)) for r in plan.roles)
+  e = plan.engine
+  return (family, pools, roles, (float(e.tp), float(e.pp), float(e.ep)))
+
+
+def differences(plan: cm.Plan, family: str, best: cm.Plan, best_family: str) -> str:
+  """What in ``plan`` differs from ``best`` (family, pools, degrees, then
+  knobs), e.g. ``pool gen 8->6, actor tp 2->1``; ``same layout`` if nothing
+  differs but tuning knobs no one names."""
+  out = []
+  if family != best_family:
+    out.append(f"family {best_family}->{family}")
+  bp = {p.name: float(p.gpus) for p in best.pools}
+  for p in plan.pools:
+    if bp.get(p.name) != float(p.gpus):
+      out.append(f"pool {p.name} {bp.get(p.name, 0):g}->{float(p.gpus):g}")
+  br = {r.role: r for r in best.roles}
+  for r in plan.roles:
+    b = br.get(r.role)
+    for phase in ("train", "infer"):
+      mine, theirs = getattr(r, phase), getattr(b, phase) if b is not None else None
+      if mine is None or theirs is None:
+        continue
+      if phase == "infer" and r.role in ("actor", "critic"):
+        names = ("micro_batch",)  # degrees shared with training
+      else:
+        names = ("tp", "pp", "cp", "ep", "micro_batch", "zero_stage", "recompute", "offload")
+      tag = f"{r.role}" if phase == "train" or r.role not in ("actor", "critic") else \
+          f"{r.role} infer"
+      for n in names:
+        a, c = float(getattr(theirs, n)), float(getattr(mine, n))
+        if a != c:
+          out.append(f"{tag} {n.replace('micro_batch', 'mb')} {a:g}->{c:g}")
+  for n in ("tp", "pp", "ep", "max_seqs", "memory_fraction"):
+    a, c = float(getattr(best.engine, n)), float(getattr(plan.engine, n))
+    if a != c:
+      out.append(f"engine {n} {a:g}->{c:g}")
+  return ", ".join(out) or "same layout"

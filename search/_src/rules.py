@@ -23,6 +23,13 @@ fits. The engine's tensor parallelism starts at the rule's value and doubles
   (partial) rollouts.
 * ``kv_fit``: the fewest GPUs whose engines' KV cache holds the whole batch at
   once generate; the rest train (synchronous).
+
+The rules are scored in the search's space (:func:`rules_of_thumb` takes its
+framework): pool shares are rounded to pool sizes the search may use (a
+training pool whose data-parallel degree can divide the batch, the rollout
+pool the rest), and a rule whose execution mode the user did not allow (the
+asynchronous ``areal`` rule when ``max_staleness = 0``) is left out, so each
+rule compares with the searched plan in the same mode.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import numpy as np
 
 import costmodel as cm
 from search._src import evaluate
+from search._src import frameworks as fw_lib
 from search._src import result as result_lib
 from search._src import space as space_lib
 from search._src.result import SearchResult
@@ -137,26 +145,37 @@ def _pick(name: str, description: str, family: str, fs: space_lib.FamilySpace | 
 
 
 def _round_pools(fs: space_lib.FamilySpace, shares: dict) -> dict:
-  """Pool shares of the cluster -> whole GPUs (at least one per pool, the
-  rounding remainder to the largest fractions), as the frameworks' resource
-  pools allow any GPU count."""
+  """Pool shares of the cluster -> pool sizes of the space: each pool other
+  than the rollout pool takes the size of its options nearest its share (at
+  most its share when one is), the rollout pool the largest of its options
+  within the GPUs left."""
   n = fs.cluster.n_gpus
-  names = list(shares)
-  raw = np.asarray([shares[p] for p in names], np.float64)
-  raw = raw / raw.sum() * n
-  out = np.maximum(np.floor(raw), 1.0)
-  for k in np.argsort(-(raw - np.floor(raw)), kind="stable"):
-    if out.sum() >= n:
-      break
-    out[k] += 1.0
-  while out.sum() > n:
-    out[np.argmax(out)] -= 1.0
-  return {p: float(g) for p, g in zip(names, out, strict=True)}
+  total = sum(shares.values())
+  rollout = fs.rollout_pool
+  out, left = {}, float(n)
+  others = [p for p in shares if p != rollout]
+  for k, p in enumerate(others):
+    opts = fs.var(f"pool.{p}").options
+    # Leave at least one GPU for each pool still to place.
+    opts = opts[opts <= left - (len(others) - k - 1) - (rollout in shares)]
+    want = shares[p] / total * n
+    below = opts[opts <= want + 1e-9]
+    out[p] = float(below[-1] if len(below) else opts[0]) if len(opts) else 1.0
+    left -= out[p]
+  if rollout in shares:
+    opts = fs.var(f"pool.{rollout}").options
+    opts = opts[opts <= left]
+    out[rollout] = float(opts[-1]) if len(opts) else 1.0
+  return out
 
 
-def _family(family: str, job: cm.RLJob, cluster: cm.Cluster):
-  """A rule's placement record and its space (None when it cannot hold the job)."""
-  return cm.placement(family), space_lib.build(family, job, cluster)
+def _family(family: str, job: cm.RLJob, cluster: cm.Cluster, framework: str = "any"):
+  """A rule's placement record and its space in the search's framework (in the
+  ``any`` space when that framework does not run the family; None when the
+  family cannot hold the job)."""
+  fw = fw_lib.get(framework)
+  fw = fw if family in fw.families else fw_lib.get("any")
+  return cm.placement(family), fw.build(family, job, cluster)
 
 
 def _not_held(name: str, description: str, family: str, cluster: cm.Cluster) -> SearchResult:
@@ -166,22 +185,24 @@ def _not_held(name: str, description: str, family: str, cluster: cm.Cluster) -> 
 
 
 def verl_default(job: cm.RLJob, cluster: cm.Cluster,
-                 efficiency: cm.Efficiency | None = None) -> SearchResult:
+                 efficiency: cm.Efficiency | None = None,
+                 framework: str = "any") -> SearchResult:
   """veRL's default hybrid-engine layout (colocated, FSDP, rollout TP 2, 0.5)."""
-  place, fs = _family("colocated", job, cluster)
+  place, fs = _family("colocated", job, cluster, framework)
   rows = _rows(fs, {place.rollout_pool: float(cluster.n_gpus)}, 2.0, 0.5, _MAX_SEQS)
   return _pick("verl", "colocated, FSDP, rollout TP=2, memory 0.5", place.name, fs, rows,
                efficiency)
 
 
 def openrlhf_split(job: cm.RLJob, cluster: cm.Cluster,
-                   efficiency: cm.Efficiency | None = None) -> SearchResult:
+                   efficiency: cm.Efficiency | None = None,
+                   framework: str = "any") -> SearchResult:
   """OpenRLHF's equal split (vLLM : actor : critic = 1:1:1; 1:1 without a critic)."""
   if cm.placement("split3").applies_to(job):
-    place, fs = _family("split3", job, cluster)
+    place, fs = _family("split3", job, cluster, framework)
     desc = "vLLM:actor:critic = 1:1:1, ZeRO-3, vLLM TP=1, memory 0.95"
   else:
-    place, fs = _family("split", job, cluster)
+    place, fs = _family("split", job, cluster, framework)
     desc = "vLLM:training = 1:1, ZeRO-3, vLLM TP=1, memory 0.95"
   if fs is None:
     return _not_held("openrlhf", desc, place.name, cluster)
@@ -192,9 +213,10 @@ def openrlhf_split(job: cm.RLJob, cluster: cm.Cluster,
 
 
 def areal_split(job: cm.RLJob, cluster: cm.Cluster,
-                efficiency: cm.Efficiency | None = None) -> SearchResult:
+                efficiency: cm.Efficiency | None = None,
+                framework: str = "any") -> SearchResult:
   """AReaL's asynchronous layout with 3/4 of the GPUs generating."""
-  place, fs = _family("split_async_partial", job, cluster)
+  place, fs = _family("split_async_partial", job, cluster, framework)
   desc = "3/4 of GPUs generate, asynchronous (staleness 1, partial rollouts)"
   if fs is None:
     return _not_held("areal", desc, place.name, cluster)
@@ -204,9 +226,10 @@ def areal_split(job: cm.RLJob, cluster: cm.Cluster,
 
 
 def kv_fit_split(job: cm.RLJob, cluster: cm.Cluster,
-                 efficiency: cm.Efficiency | None = None) -> SearchResult:
+                 efficiency: cm.Efficiency | None = None,
+                 framework: str = "any") -> SearchResult:
   """The fewest GPUs whose KV cache holds the batch generate; the rest train."""
-  place, fs = _family("split", job, cluster)
+  place, fs = _family("split", job, cluster, framework)
   desc = "fewest GPUs whose KV cache holds the batch generate, the rest train"
   if fs is None:
     return _not_held("kv_fit", desc, place.name, cluster)
@@ -214,26 +237,45 @@ def kv_fit_split(job: cm.RLJob, cluster: cm.Cluster,
   n = cluster.n_gpus
   n_seq = float(job.generated_samples_per_step)
   ev = evaluate.Evaluator(fs, efficiency, full=True)
-  chosen = None
-  for g in fs.var(gen).options:
-    rest_opts = fs.var(train).options
-    rest = rest_opts[rest_opts <= n - g]
-    if not len(rest):
-      break
-    pools = {place.rollout_pool: float(g), place.pool_of("actor"): float(rest[-1])}
+  rest_opts = fs.var(train).options
+  gens = [g for g in fs.var(gen).options if (rest_opts <= n - g).any()]
+
+  def probe(g: float):
+    """The rule's row with ``g`` GPUs generating (None if none fits), and
+    whether its engines' KV cache holds the batch."""
+    # The training pool: the largest size the space allows in what is left;
+    # the rollout pool takes every GPU the training pool leaves.
+    rest = float(rest_opts[rest_opts <= n - g][-1])
+    gen_opts = fs.var(gen).options
+    g = float(gen_opts[gen_opts <= n - rest][-1])
+    pools = {place.rollout_pool: g, place.pool_of("actor"): rest}
     rows = [r for r in _rows(fs, pools, 1.0, 0.9, max(n_seq, 1.0)) if _runs(fs, r)]
     if not rows:
-      continue
+      return None, False
     values = np.stack(rows)
-    s = ev.scores(values)
-    ok = np.flatnonzero(s.feasible)
+    ok = np.flatnonzero(ev.scores(values).feasible)
     if not len(ok):
-      continue
+      return None, False
     est = ev.estimates(values[ok[0]:ok[0] + 1])[0]
     replicas = g / (values[ok[0], fs.index("engine.tp")] * values[ok[0], fs.index("engine.pp")])
-    chosen = values[ok[0]]
-    if float(est.gen_concurrency) * replicas >= n_seq * (1 - 1e-6):
-      break
+    return values[ok[0]], float(est.gen_concurrency) * replicas >= n_seq * (1 - 1e-6)
+
+  # The fewest generating GPUs that hold the batch, by bisection over the
+  # rollout pool sizes (more GPUs hold more); when none does, the largest
+  # pool with a fitting plan.
+  chosen, lo, hi, fallback = None, 0, len(gens) - 1, None
+  while lo <= hi and gens:
+    mid = (lo + hi) // 2
+    row, holds = probe(gens[mid])
+    if holds:
+      chosen, hi = row, mid - 1
+    else:
+      if row is not None and fallback is None:
+        fallback = row
+      lo = mid + 1
+  if chosen is None and gens:
+    chosen = probe(gens[-1])[0]
+    chosen = chosen if chosen is not None else fallback
   if chosen is None:
     return SearchResult(method="kv_fit", description=desc, family=place.name,
                         evaluations=ev.count,
@@ -241,8 +283,29 @@ def kv_fit_split(job: cm.RLJob, cluster: cm.Cluster,
   return _pick("kv_fit", desc, place.name, fs, [chosen], efficiency)
 
 
+_RULES = ((verl_default, "colocated"), (openrlhf_split, None), (areal_split, "split_async_partial"),
+          (kv_fit_split, "split"))
+
+
 def rules_of_thumb(job: cm.RLJob, cluster: cm.Cluster,
-                   efficiency: cm.Efficiency | None = None) -> tuple[SearchResult, ...]:
-  """Every rule of thumb's plan for ``job`` on ``cluster``."""
-  return tuple(rule(job, cluster, efficiency)
-               for rule in (verl_default, openrlhf_split, areal_split, kv_fit_split))
+                   efficiency: cm.Efficiency | None = None, framework: str = "any",
+                   max_staleness: int = 0, partial_rollout: bool = False
+                   ) -> tuple[SearchResult, ...]:
+  """The plan of every rule of thumb whose mode the user allows, for ``job``
+  on ``cluster``, in the space of the search's ``framework``.
+
+  Args:
+    job: The job.
+    cluster: The cluster.
+    efficiency: Efficiency parameters (defaults if None).
+    framework: The search's framework (its pool sizes and layout options).
+    max_staleness: Largest staleness allowed (the ``areal`` rule needs 1).
+    partial_rollout: Whether partial rollouts are allowed (``areal`` needs them).
+  """
+  modes = fw_lib.allowed_modes(max_staleness, partial_rollout)
+  out = []
+  for rule, family in _RULES:
+    if family is not None and not any(cm.placement(family).allows(m) for m in modes):
+      continue
+    out.append(rule(job, cluster, efficiency, framework))
+  return tuple(out)

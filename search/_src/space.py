@@ -9,8 +9,9 @@ family and compares the families' rounded plans exactly. Inside a family every
 plan is a vector of values, one per :class:`Var`:
 
 * ``pool.<name>``: GPUs of each pool (relaxed: one GPU plus a softmax share of
-  the remaining GPUs; discrete: whole nodes, or divisors of a node for pools smaller
-  than one);
+  the remaining GPUs; discrete: see :func:`build`: any count for a pool
+  without a trained role, ``dp x 2^k`` with ``dp`` dividing the mini-batch for
+  a training pool, and a framework's node rule);
 * per role with its own layout (actor, critic, reward model): ``tp``, ``pp``,
   ``cp``, ``ep`` and the micro-batches ``mb_train`` and ``mb_infer`` (relaxed:
   log2 of the value; discrete: powers of two), and the categorical
@@ -78,6 +79,8 @@ class SpaceOptions:
     engine_max_pp: Largest engine pipeline-parallel degree.
     memory_fractions: Engine memory fractions, ascending.
     max_seqs: Engine concurrency caps, powers of two.
+    engine_ep: Engine expert-parallel settings tried on MoE models (0: none,
+      1: experts sharded over the engine's TP group).
   """
 
   max_tp: int = 0
@@ -92,6 +95,7 @@ class SpaceOptions:
   engine_max_pp: int = 8
   memory_fractions: tuple[float, ...] = tuple(round(0.3 + 0.05 * i, 2) for i in range(14))
   max_seqs: tuple[int, ...] = (32, 64, 128, 256, 512, 1024, 2048, 4096)
+  engine_ep: tuple[int, ...] = (0, 1)
 
   def __post_init__(self):
     for f in ("max_tp", "engine_max_tp"):
@@ -107,7 +111,8 @@ class SpaceOptions:
       if not v or any(int(x) != x or x < 1 or (int(x) & (int(x) - 1)) for x in v):
         raise ValueError(f"SpaceOptions: {f}={v!r} must be powers of two >= 1")
       object.__setattr__(self, f, tuple(sorted(int(x) for x in v)))
-    for f, allowed in (("zero_stages", (1, 3)), ("recompute", (0, 1, 2)), ("offload", (0, 1))):
+    for f, allowed in (("zero_stages", (1, 3)), ("recompute", (0, 1, 2)), ("offload", (0, 1)),
+                       ("engine_ep", (0, 1))):
       v = tuple(getattr(self, f))
       if not v or any(x not in allowed for x in v):
         raise ValueError(f"SpaceOptions: {f}={v!r} must be a non-empty subset of {allowed}")
@@ -137,22 +142,61 @@ def default_families(job: cm.RLJob) -> tuple[str, ...]:
   return tuple(p.name for p in cm.placements(job))
 
 
-def pool_sizes(cluster: cm.Cluster) -> np.ndarray:
-  """Pool sizes that fill whole nodes, or divide one node."""
-  g = cluster.gpus_per_node
-  small = [d for d in range(1, g) if g % d == 0]
-  return np.asarray(sorted(set(small + [g * k for k in range(1, cluster.nodes + 1)])),
-                    dtype=np.float64)
+def pool_sizes(cluster: cm.Cluster, nodes: str = "any") -> np.ndarray:
+  """GPU counts a pool may hold on ``cluster``.
+
+  Args:
+    cluster: The cluster.
+    nodes: ``any`` (every count), ``uniform`` (``nnodes x gpus`` with the same
+      GPUs on each of at most ``cluster.nodes`` nodes, as Ray placement groups
+      of ``num_nodes x num_gpus_per_node`` are written) or ``whole`` (part of
+      one node on a one-node cluster, else whole nodes).
+  """
+  n, g = cluster.n_gpus, cluster.gpus_per_node
+  sizes = np.arange(1, n + 1, dtype=np.float64)
+  if nodes == "uniform":
+    ok = [s <= g or any(s % k == 0 and s // k <= g for k in range(2, cluster.nodes + 1))
+          for s in range(1, n + 1)]
+    return sizes[np.asarray(ok)]
+  if nodes == "whole":
+    return sizes if cluster.nodes == 1 else sizes[sizes % g == 0]
+  if nodes != "any":
+    raise ValueError(f"pool_sizes: nodes={nodes!r} is not one of ('any', 'uniform', 'whole')")
+  return sizes
+
+
+def training_pool_sizes(sizes: np.ndarray, mini_batch_samples: float, max_model: int
+                        ) -> np.ndarray:
+  """The sizes of ``sizes`` whose data-parallel degree can divide the mini-batch:
+  ``size = dp x m`` with ``m`` a power of two up to ``max_model`` (the model
+  parallel degrees tp x pp x cp) and ``dp`` dividing ``mini_batch_samples``."""
+  m = np.asarray(_powers_of_two(max(max_model, 1)), np.float64)
+  dp = sizes[:, None] / m[None]
+  ok = (dp == np.round(dp)) & (dp >= 1) & (np.mod(mini_batch_samples, np.maximum(dp, 1)) == 0)
+  return sizes[ok.any(-1)]
 
 
 @dataclasses.dataclass(frozen=True)
 class Structure:
-  """What jitted code specialises on: the family, its roles and variable order."""
+  """What jitted code specialises on: the family, its roles and variable order.
+
+  Attributes:
+    family: The placement family.
+    roles: The job's roles.
+    names: Variable names, in the order of a value vector.
+    n_gpus: GPUs of the cluster.
+    ties: ``(name, source)`` pairs: ``name`` takes the value of ``source``
+      (a framework that gives the critic the actor's degrees); the tied
+      variable keeps one placeholder option and is never read.
+    rule_sets: Optional rule sets of the rule table the layouts obey.
+  """
 
   family: str
   roles: tuple[str, ...]
   names: tuple[str, ...]
   n_gpus: int
+  ties: tuple[tuple[str, str], ...] = ()
+  rule_sets: tuple[str, ...] = ("zero3", "batch")
 
   @property
   def placement(self) -> cm.Placement:
@@ -167,7 +211,8 @@ class Structure:
     return self.placement.mode
 
   def index(self, name: str) -> int:
-    return self.names.index(name)
+    """Column of ``name`` in a value vector (a tied name: its source's)."""
+    return self.names.index(dict(self.ties).get(name, name))
 
   def to_plan(self, v) -> cm.Plan:
     """The plan of one value vector ``v`` (numpy: concrete; jax: traceable)."""
@@ -205,13 +250,23 @@ def _tp_options(model: cm.ModelSpec, hi: int) -> list[int]:
   return [int(x) for x in t[ok]]
 
 
-# Optional rule sets the search's layouts obey: ZeRO-3 shards over data-parallel
-# ranks only.
-_SEARCH_RULES = ("zero3",)
-
-
 def _role_model(job: cm.RLJob, role: str) -> cm.ModelSpec:
   return {"actor": job.actor, "critic": job.critic, "reward": job.reward_model}[role]
+
+
+def _role_layout_fields(structure: Structure, job: cm.RLJob, role: str, get, gpus, xp) -> dict:
+  """The rule table's ``layout`` fields of ``role`` (``get(name)``: a column of
+  values, numpy or jax); a trained role carries its batch (the batch rules)."""
+  trained = role in _TRAINED
+  samples = job.samples_per_step
+  if xp is np:
+    samples = float(samples)
+  return cm.layout_fields(_role_model(job, role), gpus,
+                          *(get(f"{role}.{d}") for d in ("tp", "pp", "cp", "ep")),
+                          zero=get(f"{role}.zero"),
+                          micro_batch=get(f"{role}.mb_train") if trained else 1.0,
+                          samples=samples, mini_batch_samples=samples / job.mini_batches,
+                          trained=trained)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -267,10 +322,22 @@ class FamilySpace:
     actor's holds the reference's offload), ``engine``."""
     groups: dict[str, list[int]] = {}
     for j, name in enumerate(self.names):
-      head = name.split(".")[0]
-      head = {"pool": "pools", "reference": "actor"}.get(head, head)
-      groups.setdefault(head, []).append(j)
+      groups.setdefault(self.block_of(name), []).append(j)
     return tuple((k, tuple(v)) for k, v in groups.items())
+
+  def block_of(self, name: str) -> str:
+    """The block of variable ``name`` (or of a role's variables, ``name`` a
+    role): its head (``pool`` -> ``pools``, the reference in the actor's); a
+    role with variables tied to another role's joins that role's block."""
+    def head(n: str) -> str:
+      h = n.split(".")[0]
+      return {"pool": "pools", "reference": "actor"}.get(h, h)
+
+    merged = {head(a): head(b) for a, b in self.structure.ties if head(a) != head(b)}
+    h = head(name)
+    while h in merged:
+      h = merged[h]
+    return h
 
   def valid(self, values: np.ndarray, blocks=None) -> np.ndarray:
     """Which value vectors give a plan that runs (and is not a duplicate).
@@ -297,10 +364,10 @@ class FamilySpace:
     samples = float(self.job.samples_per_step)
     train_batch = samples / self.job.mini_batches
     for role in _LAYOUT_ROLES:
-      if role not in self.structure.roles or role not in check:
+      if role not in self.structure.roles or self.block_of(role) not in check:
         continue
       fields = self._layout_fields(values, role)
-      ok &= cm.rule_mask("layout", fields, _SEARCH_RULES)
+      ok &= cm.rule_mask("layout", fields, self.structure.rule_sets)
       dp = fields["gpus"] / (fields["tp"] * fields["pp"] * fields["cp"])
       mb_names = ("mb_train", "mb_infer") if role in _TRAINED else ("mb_infer",)
       for mb_name in mb_names:
@@ -322,9 +389,8 @@ class FamilySpace:
 
   def _layout_fields(self, values: np.ndarray, role: str) -> dict:
     """The rule table's ``layout`` fields of ``role`` over rows of values."""
-    tp, pp, cp, ep = (self.col(values, f"{role}.{d}") for d in ("tp", "pp", "cp", "ep"))
-    return cm.layout_fields(_role_model(self.job, role), self.pool_of(values, role), tp, pp, cp,
-                            ep, zero=self.col(values, f"{role}.zero"))
+    return _role_layout_fields(self.structure, self.job, role, lambda n: self.col(values, n),
+                               self.pool_of(values, role), np)
 
   def _engine_fields(self, values: np.ndarray) -> dict:
     """The rule table's ``engine`` fields over rows of values."""
@@ -339,7 +405,7 @@ class FamilySpace:
 
   def _violated(self, scope: str, fields: dict, rule: str) -> np.ndarray:
     """Rows that break the table's rule ``rule``."""
-    return cm.rule_violations(scope, fields, _SEARCH_RULES, only=(rule,))[rule] > 0
+    return cm.rule_violations(scope, fields, self.structure.rule_sets, only=(rule,))[rule] > 0
 
   def repair(self, values: np.ndarray) -> np.ndarray:
     """Moves value vectors towards validity: ZeRO-3 drops TP/PP/EP, degrees that
@@ -529,8 +595,27 @@ def _step_option(x: np.ndarray, options: np.ndarray, step: int) -> np.ndarray:
 
 
 def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
-          options: SpaceOptions | None = None) -> FamilySpace | None:
+          options: SpaceOptions | None = None, nodes: str = "any",
+          ties: tuple[tuple[str, str], ...] = (),
+          rule_sets: tuple[str, ...] = ("zero3", "batch")) -> FamilySpace | None:
   """The variables and options of ``family`` for ``job`` on ``cluster``.
+
+  Pool sizes follow the rules that decide whether a pool runs: a pool without
+  a trained role (the rollout pool, a reward model's) holds any number of
+  GPUs (its engines' tensor x pipeline degree must divide it, checked per
+  plan); a pool with a trained role holds ``dp x m`` GPUs, ``m`` a power of
+  two, with ``dp`` dividing the mini-batch (the ``batch`` rule set); ``nodes``
+  adds how a framework lays pools on nodes (:func:`pool_sizes`).
+
+  Args:
+    family: A registered placement family.
+    job: The job.
+    cluster: The cluster.
+    options: The discrete options of each variable (defaults if None).
+    nodes: How pools sit on nodes: ``any``, ``uniform`` or ``whole``.
+    ties: ``(name, source)`` pairs of variables tied together (see
+      :class:`Structure`); pairs naming a variable the job lacks are dropped.
+    rule_sets: Optional rule sets of the rule table the layouts obey.
 
   Returns:
     A :class:`FamilySpace`, or None when the family cannot hold the job on
@@ -553,12 +638,19 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
     return None
   domain = cluster.scaleup_domain
   vars_: list[Var] = []
-  sizes = pool_sizes(cluster)
+  sizes = pool_sizes(cluster, nodes)
+  sizes = sizes[sizes <= n - (len(pools) - 1)]
+  max_model = (min(opts.max_tp or domain, n) * min(opts.max_pp, n) * min(opts.max_cp, n))
+  mini_batch = float(job.samples_per_step) / job.mini_batches
   for p in pools:
     if len(pools) == 1:  # one pool holds the whole cluster
       vars_.append(Var(f"pool.{p}", POOL, np.asarray([float(n)])))
-    else:
-      vars_.append(Var(f"pool.{p}", POOL, sizes[sizes <= n - (len(pools) - 1)]))
+      continue
+    trains = any(placement.pool_of(r) == p for r in roles if r in _TRAINED)
+    opts_p = training_pool_sizes(sizes, mini_batch, max_model) if trains else sizes
+    if not len(opts_p):
+      return None
+    vars_.append(Var(f"pool.{p}", POOL, opts_p))
   f64 = lambda xs: np.asarray(sorted(set(float(x) for x in xs)), dtype=np.float64)
   for role in _LAYOUT_ROLES:
     if role not in roles:
@@ -592,11 +684,15 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
   vars_.append(Var("engine.tp", LOG2, f64(etp)))
   vars_.append(Var("engine.pp", LOG2, f64(_powers_of_two(min(opts.engine_max_pp,
                                                              actor.n_layers, n)))))
-  vars_.append(Var("engine.ep", CAT, f64((0, 1) if actor.is_moe else (0,))))
+  vars_.append(Var("engine.ep", CAT, f64(opts.engine_ep if actor.is_moe else (0,))))
   vars_.append(Var("engine.memory_fraction", FRAC, f64(opts.memory_fractions)))
   vars_.append(Var("engine.max_seqs", LOG2, f64(opts.max_seqs)))
-  structure = Structure(family=family, roles=roles, names=tuple(v.name for v in vars_),
-                        n_gpus=n)
+  names = tuple(v.name for v in vars_)
+  ties = tuple((a, b) for a, b in ties if a in names and b in names)
+  tied = dict(ties)
+  vars_ = [Var(v.name, v.kind, np.asarray([1.0])) if v.name in tied else v for v in vars_]
+  structure = Structure(family=family, roles=roles, names=names, n_gpus=n, ties=ties,
+                        rule_sets=tuple(rule_sets))
   return FamilySpace(structure=structure, vars=tuple(vars_), job=job, cluster=cluster)
 
 
@@ -634,10 +730,8 @@ def layout_violation(structure: Structure, v: jax.Array, job: cm.RLJob,
     if role not in structure.roles:
       continue
     gpus = get(f"pool.{structure.placement.pool_of(role)}")
-    fields = cm.layout_fields(_role_model(job, role), gpus,
-                              *(get(f"{role}.{d}") for d in ("tp", "pp", "cp", "ep")),
-                              zero=get(f"{role}.zero"))
-    total = total + cm.rule_penalty("layout", fields, tau, _SEARCH_RULES, xp=jnp)
+    fields = _role_layout_fields(structure, job, role, get, gpus, jnp)
+    total = total + cm.rule_penalty("layout", fields, tau, structure.rule_sets, xp=jnp)
   rollout = structure.placement.rollout_pool
   etp = get("engine.tp")
   fields = cm.engine_fields(job.actor, get(f"pool.{rollout}"), etp, get("engine.pp"),

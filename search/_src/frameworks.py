@@ -1,0 +1,218 @@
+"""Framework-aware search spaces: the plans a framework can run.
+
+A :class:`Framework` restricts the layout space to what one framework's
+configuration can express, as its exporter (:mod:`export`) reads it:
+
+* the placement families it runs (which pools, which asynchronous modes);
+* its batch divisibility rules (optional sets of the rule table,
+  :data:`costmodel.RULE_SETS`);
+* how its pools sit on nodes (``uniform``: ``nnodes x n_gpus_per_node`` Ray
+  groups; ``whole``: whole nodes on a multi-node cluster);
+* the parallelisms and settings it has (e.g. FSDP without TP/PP for veRL's
+  default strategy, DeepSpeed without PP for OpenRLHF, no selective
+  recompute where only full gradient checkpointing is switchable);
+* the settings it gives several roles at once, as ties between variables
+  (OpenRLHF applies one ``--ds.*`` setting to every model).
+
+``any`` keeps every core rule and the framework-neutral batch rule (each
+mini-batch splits over the training pool's data-parallel ranks) and drops the
+framework-specific ones. The exporter stays the final word: the search keeps
+only plans the chosen framework's exporter accepts (:func:`export_error`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import costmodel as cm
+import export as export_lib
+from search._src import space as space_lib
+
+# Settings a role copies from the actor when a framework has one setting for both.
+_DEGREES = ("tp", "pp", "cp", "ep")
+
+
+def _tie(roles: tuple[str, ...], names: tuple[str, ...], source: str = "actor"
+         ) -> tuple[tuple[str, str], ...]:
+  return tuple((f"{r}.{n}", f"{source}.{n}") for r in roles for n in names)
+
+
+@dataclasses.dataclass(frozen=True)
+class Framework:
+  """What one framework can run.
+
+  Attributes:
+    name: ``any`` or an exporter's name (:data:`export.FRAMEWORKS`).
+    families: Placement families it runs.
+    critic_families: Placement families it runs for a job with a critic
+      (None: ``families``).
+    rule_sets: Optional rule sets of the rule table its layouts obey.
+    nodes: How its pools sit on nodes (see :func:`search._src.space.pool_sizes`).
+    options: :class:`~search.SpaceOptions` fields it fixes.
+    ties: ``(variable, source)`` pairs it sets together.
+    export_options: Keyword sets of its exporter's ``to_config`` tried in
+      order (the first that accepts a plan exports it).
+    note: Where the restrictions come from.
+  """
+
+  name: str
+  families: tuple[str, ...]
+  critic_families: tuple[str, ...] | None = None
+  rule_sets: tuple[str, ...] = ("zero3", "batch")
+  nodes: str = "any"
+  options: tuple[tuple[str, object], ...] = ()
+  ties: tuple[tuple[str, str], ...] = ()
+  export_options: tuple[dict, ...] = ({},)
+  note: str = ""
+
+  def space_options(self, base: space_lib.SpaceOptions | None) -> space_lib.SpaceOptions:
+    """``base`` (defaults if None) with this framework's fixed settings."""
+    base = base if base is not None else space_lib.SpaceOptions()
+    fixed = dict(self.options)
+    out = {}
+    for k, v in fixed.items():
+      have = getattr(base, k)
+      if isinstance(have, tuple):
+        keep = tuple(x for x in have if x in v)
+        out[k] = keep or tuple(v)
+      else:
+        out[k] = min(have, v) if have else v
+    return dataclasses.replace(base, **out)
+
+  def build(self, family: str, job: cm.RLJob, cluster: cm.Cluster,
+            options: space_lib.SpaceOptions | None = None) -> space_lib.FamilySpace | None:
+    """The space of ``family`` restricted to this framework (None when the
+    family cannot hold the job)."""
+    return space_lib.build(family, job, cluster, self.space_options(options), nodes=self.nodes,
+                           ties=self.ties, rule_sets=self.rule_sets)
+
+
+_ALL = tuple(p.name for p in cm.placements())
+_NO_SELECTIVE = (("recompute", (0, 2)),)
+
+_REGISTRY = {f.name: f for f in (
+    Framework("any", _ALL, note="core rules and the framework-neutral batch rule"),
+    # veRL's default FSDP strategy; v1 trainer for colocated and fully
+    # asynchronous plans, the legacy recipes for the split synchronous and
+    # one-step-off plans (export/_src/verl.py).
+    Framework("verl", ("colocated", "split", "split_async", "split_async_partial"),
+              rule_sets=("zero3", "batch", "verl"), nodes="uniform",
+              options=(("max_tp", 1), ("max_pp", 1), ("max_ep", 1), ("zero_stages", (3,)))
+              + _NO_SELECTIVE,
+              export_options=({}, {"version": "legacy"},
+                              {"version": "legacy", "async_recipe": "one_step_off"}),
+              note="veRL FSDP: ZeRO-3 without TP/PP/EP, full or no checkpointing"),
+    # DeepSpeed: no pipeline, one --ds.* setting and one micro-batch for every
+    # model; vLLM engines without PP or EP and vLLM's own max_num_seqs.
+    # A critic on the actor's GPUs needs --train.colocate_all, which takes the
+    # engines along in a synchronous run: no synchronous split with a critic.
+    Framework("openrlhf", _ALL,
+              critic_families=("colocated", "split_async", "split_async_partial", "split3"),
+              rule_sets=("zero3", "batch", "openrlhf"), nodes="uniform",
+              options=(("max_pp", 1), ("max_ep", 1), ("engine_max_pp", 1), ("engine_ep", (0,)),
+                       ("max_seqs", (256,))) + _NO_SELECTIVE,
+              ties=_tie(("critic",), _DEGREES + ("zero", "recompute", "offload", "mb_train",
+                                                  "mb_infer"))
+              + _tie(("reward",), _DEGREES + ("mb_infer",)),
+              export_options=({"vllm_default_max_seqs": True},),
+              note="OpenRLHF: DeepSpeed without PP, one --ds.* setting for every model, vLLM's "
+              "default max_num_seqs (256)"),
+    # Policy workers hold the actor, reference and critic; DTensor or Megatron.
+    Framework("nemo_rl", ("colocated", "split", "split_async", "split_async_partial"),
+              rule_sets=("zero3", "batch", "nemo_rl"), nodes="whole", options=_NO_SELECTIVE,
+              ties=(("critic.mb_infer", "critic.mb_train"), ("critic.zero", "actor.zero")),
+              note="NeMo-RL: whole nodes per role on several nodes, one value micro-batch"),
+    # Megatron (ZeRO-1 distributed optimizer), SGLang engines without PP; every
+    # model gets the actor's Megatron flags and micro-batch.
+    Framework("slime", ("colocated", "split", "split_async"),
+              rule_sets=("zero3", "batch", "slime"), nodes="uniform",
+              options=(("zero_stages", (1,)), ("engine_max_pp", 1)),
+              ties=(("actor.mb_infer", "actor.mb_train"),)
+              + _tie(("critic",), _DEGREES) + (("critic.mb_train", "actor.mb_train"),
+                                               ("critic.mb_infer", "actor.mb_train")),
+              note="slime: Megatron flags shared by every model, SGLang without PP"),
+    # The critic's inference reuses the actor's workers; staleness with
+    # interruptible rollouts.
+    Framework("areal", ("split", "split_async_partial"),
+              rule_sets=("zero3", "batch", "areal"), nodes="uniform", options=_NO_SELECTIVE,
+              ties=_tie(("critic",), ("tp", "pp")),
+              note="AReaL: separate rollout pool, partial rollouts when asynchronous"),
+)}
+
+NAMES = tuple(_REGISTRY)
+
+
+def get(name: str) -> Framework:
+  """The framework ``name`` (``any`` or one of :data:`export.FRAMEWORKS`).
+
+  Raises:
+    ValueError: for an unknown name.
+  """
+  if name not in _REGISTRY:
+    raise ValueError(f"framework={name!r} is not one of {NAMES}")
+  return _REGISTRY[name]
+
+
+def export_error(name: str, plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> str | None:
+  """None when framework ``name``'s exporter accepts ``plan`` with one of its
+  option sets, else the first refusal's message."""
+  fw = get(name)
+  if fw.name == "any":
+    return None
+  exporter = export_lib.get(fw.name)
+  first = None
+  for kwargs in fw.export_options:
+    try:
+      exporter.to_config(plan, job, cluster, **kwargs)
+      return None
+    except ValueError as e:
+      first = first or str(e)
+  return first
+
+
+def export_options(name: str, plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster
+                   ) -> dict | None:
+  """The first option set of framework ``name``'s exporter that accepts
+  ``plan`` (None when none does)."""
+  exporter = export_lib.get(name)
+  for kwargs in get(name).export_options:
+    try:
+      exporter.to_config(plan, job, cluster, **kwargs)
+      return dict(kwargs)
+    except ValueError:
+      continue
+  return None
+
+
+def accepting(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> tuple[str, ...]:
+  """The exporters (:data:`export.FRAMEWORKS`) that accept ``plan``."""
+  return tuple(n for n in export_lib.FRAMEWORKS if export_error(n, plan, job, cluster) is None)
+
+
+def allowed_modes(max_staleness: int, partial_rollout: bool) -> tuple[cm.Mode, ...]:
+  """The execution modes a user allows: staleness 0 to ``max_staleness``,
+  partial rollouts only when ``partial_rollout`` (and staleness >= 1)."""
+  out = []
+  for k in range(int(max_staleness) + 1):
+    out.append(cm.Mode(staleness=k))
+    if partial_rollout and k >= 1:
+      out.append(cm.Mode(staleness=k, partial_rollout=True))
+  return tuple(out)
+
+
+def families_for(job: cm.RLJob, framework: str, max_staleness: int = 0,
+                 partial_rollout: bool = False) -> tuple[str, ...]:
+  """Families that apply to ``job``, that ``framework`` runs and whose mode the
+  user allows."""
+  fw = get(framework)
+  modes = allowed_modes(max_staleness, partial_rollout)
+  runs = fw.families
+  if fw.critic_families is not None and "critic" in cm.required_roles(job):
+    runs = fw.critic_families
+  return tuple(p.name for p in cm.placements(job)
+               if p.name in runs and any(p.allows(m) for m in modes))
+
+
+def on_policy(family: str) -> bool:
+  """Whether ``family`` runs synchronously on-policy (staleness 0)."""
+  return cm.placement(family).allows(cm.Mode())

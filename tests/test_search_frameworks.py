@@ -1,0 +1,185 @@
+"""Framework-aware spaces, the user's execution mode and distinct top plans.
+
+The small problem of tests/test_search.py (GRPO on Qwen2.5-1.5B, 16 H100, the
+compact space) with few starts and steps.
+"""
+
+import numpy as np
+import pytest
+
+import costmodel as cm
+import export
+import search
+from search._src import baselines
+from search._src import frameworks as fw_lib
+from search._src import result as result_lib
+from search._src import space as space_lib
+
+
+@pytest.fixture(scope="module")
+def job():
+  return cm.RLJob("grpo", cm.models.get("qwen2.5-1.5b"), prompts_per_step=128.0,
+                  samples_per_prompt=8.0, prompt_len=512.0,
+                  response=cm.ResponseLength.from_mean_max(1000.0, 4096.0))
+
+
+@pytest.fixture(scope="module")
+def cluster():
+  return cm.Cluster(cm.hardware.get("H100"), gpus_per_node=8, nodes=2)
+
+
+@pytest.fixture(scope="module")
+def compact():
+  return search.SpaceOptions.compact()
+
+
+def test_pool_sizes_follow_the_rules(job, cluster):
+  # 1,024 samples: a training pool is dp x 2^k with dp dividing 1,024 (a power of
+  # two); the rollout pool any count up to the 15 GPUs the other pool leaves.
+  fs = space_lib.build("split", job, cluster)
+  np.testing.assert_array_equal(fs.var("pool.gen").options, np.arange(1.0, 16.0))
+  np.testing.assert_array_equal(fs.var("pool.train").options, [1.0, 2.0, 4.0, 8.0])
+  # 96 samples (3 x 32): 6, 12 and 3 train too, 5 and 10 do not.
+  odd = job.replace(prompts_per_step=12.0)
+  train = space_lib.build("split", odd, cluster).var("pool.train").options
+  assert {3.0, 6.0, 12.0} <= set(train) and not {5.0, 10.0} & set(train)
+  # Ray groups of nnodes x n_gpus_per_node: 15 GPUs on 2 nodes of 8 are not uniform.
+  uniform = space_lib.pool_sizes(cluster, "uniform")
+  assert 14.0 in uniform and 15.0 not in uniform and 7.0 in uniform
+  whole = space_lib.pool_sizes(cluster, "whole")
+  np.testing.assert_array_equal(whole, [8.0, 16.0])
+
+
+def test_batch_rule_drops_layouts_whose_dp_does_not_divide_the_batch(job, cluster):
+  odd = job.replace(prompts_per_step=9.0)  # 72 samples per mini-batch: dp 16 does not divide
+
+  def dps(rule_sets):
+    fs = space_lib.build("colocated", odd, cluster, search.SpaceOptions.compact(),
+                         rule_sets=rule_sets)
+    rows = baselines._Blocks(fs).sample(np.random.default_rng(0), 400)
+    return set(16.0 / (rows[:, fs.index("actor.tp")] * rows[:, fs.index("actor.pp")]
+                       * rows[:, fs.index("actor.cp")]))
+
+  assert dps(("zero3", "batch")) == {1.0, 2.0, 4.0, 8.0}
+  assert 16.0 in dps(("zero3",))
+
+
+@pytest.mark.parametrize("name", fw_lib.NAMES[1:])
+def test_plans_the_space_admits_export(name, job, cluster):
+  # Random valid plans of every family the framework runs (any mode) export.
+  fw = fw_lib.get(name)
+  rng = np.random.default_rng(1)
+  for fam in fw_lib.families_for(job, name, max_staleness=1, partial_rollout=True):
+    fs = fw.build(fam, job, cluster, search.SpaceOptions.compact())
+    rows = baselines._Blocks(fs).sample(rng, 40)
+    assert len(rows), fam
+    for row in rows:
+      plan = fs.to_plan(row)
+      err = fw_lib.export_error(name, plan, job, cluster)
+      assert err is None, (fam, err)
+
+
+def test_ties_give_the_critic_the_actors_settings(cluster):
+  ppo = cm.RLJob("ppo", cm.models.get("qwen2.5-1.5b"), prompts_per_step=64.0)
+  fs = fw_lib.get("openrlhf").build("split_async", ppo, cluster, search.SpaceOptions.compact())
+  assert fs.index("critic.tp") == fs.index("actor.tp")
+  assert len(fs.var("critic.tp").options) > 1  # the actor's options
+  rows = baselines._Blocks(fs).sample(np.random.default_rng(2), 20)
+  for row in rows:
+    plan = fs.to_plan(row)
+    actor, critic = (next(r for r in plan.roles if r.role == k).train for k in ("actor", "critic"))
+    assert (critic.tp, critic.pp, critic.zero_stage, critic.micro_batch) == (
+        actor.tp, actor.pp, actor.zero_stage, actor.micro_batch)
+  assert "split" not in fw_lib.families_for(ppo, "openrlhf")  # no sync split with a critic
+  assert "split" in fw_lib.families_for(ppo, "any")
+
+
+@pytest.mark.parametrize("name", fw_lib.NAMES[1:])
+def test_searched_best_plan_exports(name, job, cluster, compact):
+  res = search.optimize(job, cluster, families=["split"], starts=4, steps=10, seed=0,
+                        space=compact, framework=name, top_k=3)
+  assert res.feasible and res.framework == name
+  assert name in res.accepted_by
+  for plan, _ in res.top:
+    opts = fw_lib.export_options(name, plan, job, cluster)
+    assert opts is not None
+    text = export.get(name).export(plan, job, cluster, **opts)
+    assert text.startswith("#")
+
+
+def test_unknown_framework_and_family_outside_the_mode(job, cluster):
+  with pytest.raises(ValueError, match=r"framework='megatron' is not one of"):
+    search.optimize(job, cluster, framework="megatron")
+  with pytest.raises(ValueError, match=r"family='split_async' is outside the space"):
+    search.optimize(job, cluster, families=["split_async"])
+  with pytest.raises(ValueError, match=r"partial_rollout=True needs max_staleness >= 1"):
+    search.optimize(job, cluster, partial_rollout=True)
+
+
+def test_modes_gate_the_families(job):
+  assert fw_lib.families_for(job, "any") == ("colocated", "split")
+  assert fw_lib.families_for(job, "any", 1) == ("colocated", "split", "split_async")
+  assert fw_lib.families_for(job, "any", 1, True)[-1] == "split_async_partial"
+  assert fw_lib.families_for(job, "areal", 1, True) == ("split", "split_async_partial")
+  assert search.default_families(job) == fw_lib.families_for(job, "any", 1, True)
+
+
+@pytest.fixture(scope="module")
+def on_policy(job, cluster, compact):
+  return search.optimize(job, cluster, families=["split"], starts=16, steps=60, seed=0,
+                         space=compact)
+
+
+@pytest.fixture(scope="module")
+def off_policy(job, cluster, compact):
+  return search.optimize(job, cluster, families=["split", "split_async"], starts=16, steps=60,
+                         seed=0, space=compact, max_staleness=1)
+
+
+def test_default_search_is_on_policy(on_policy):
+  assert on_policy.on_policy is None
+  assert set(on_policy.top_families) == {"split"}
+  assert all(p.mode.staleness == 0 for p, _ in on_policy.top)
+  assert on_policy.compile_time_s <= on_policy.wall_time_s
+  assert on_policy.search_time_s == pytest.approx(
+      on_policy.wall_time_s - on_policy.compile_time_s)
+
+
+def test_staleness_allows_async_and_reports_the_on_policy_best(off_policy, on_policy):
+  assert "split_async" in off_policy.history
+  sync = off_policy.on_policy
+  assert sync is not None and sync.feasible and sync.family == "split"
+  assert sync.best_plan.mode.staleness == 0
+  # The same split family and seed: the on-policy best is the on-policy search's.
+  assert sync.best_step_time_s == pytest.approx(on_policy.best_step_time_s, rel=1e-6)
+  assert off_policy.best_step_time_s <= sync.best_step_time_s * (1 + 1e-6)
+  assert any(p.mode.staleness == 1 for p, _ in off_policy.top)
+
+
+def test_rules_of_thumb_keep_the_users_mode(job, cluster):
+  names = [r.method for r in search.rules_of_thumb(job, cluster)]
+  assert "areal" not in names and {"verl", "openrlhf", "kv_fit"} <= set(names)
+  names = [r.method for r in search.rules_of_thumb(job, cluster, max_staleness=1,
+                                                    partial_rollout=True)]
+  assert "areal" in names
+
+
+def test_top_plans_differ_in_placement_or_degree(off_policy):
+  keys = [result_lib.layout_key(p, f) for (p, _), f in
+          zip(off_policy.top, off_policy.top_families, strict=True)]
+  assert len(set(keys)) == len(keys) > 1
+  best, fam = off_policy.best_plan, off_policy.family
+  for (plan, _), f in zip(off_policy.top[1:], off_policy.top_families[1:], strict=True):
+    diff = result_lib.differences(plan, f, best, fam)
+    assert diff != "same layout"
+    assert any(w in diff for w in ("family", "pool", " tp ", " pp ", " cp ", " ep "))
+
+
+def test_differences_name_what_changed(job, cluster):
+  a = cm.build_plan("split", job, {"gen": 8.0, "train": 8.0})
+  b = cm.build_plan("split", job, {"gen": 6.0, "train": 8.0},
+                    train={"actor": cm.Parallel(tp=2.0)})
+  assert result_lib.differences(b, "split", a, "split") == (
+      "pool gen 8->6, actor tp 1->2, reference tp 1->2")
+  assert result_lib.differences(a, "split", a, "split") == "same layout"
+  assert result_lib.layout_key(a, "split") != result_lib.layout_key(b, "split")
