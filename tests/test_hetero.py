@@ -70,13 +70,14 @@ def test_weight_sync_runs_at_the_slower_nic(job):
   slow_cluster = cm.Cluster(slow, gpus_per_node=8, nodes=2)
   want = cm.estimate(job, _split(job, slow_cluster), slow_cluster).stage_times_s["weight_sync"]
   assert got == pytest.approx(want, rel=1e-6)
-  # By hand: one training replica sends (ZeRO-1 keeps full tp shards: senders
-  # = 8 GPUs / dp 4 = tp 2), 8 GPUs receive; the model crosses min(2, 8) = 2
-  # NICs and each receiver takes its engine shard (tp 2: half the model).
+  # By hand, for the default per-tensor backend: the trainer exports the full
+  # tensors (its pipeline stages in parallel), then streams them over the
+  # slower NIC (16 GPUs span two nodes) to the engines.
   eff = cm.Efficiency()
   total = float(job.actor.total_params) * job.param_bytes
   nic = 25 * GIGA * slow.scaleout_efficiency * eff.link_efficiency
-  move = max(total / (2 * nic), total / 2 / nic) + 12e-6
+  pp = float(_split(job, cluster, gen_device=slow).role("actor").train.pp)
+  move = total / (pp * eff.sync_export_bytes_per_s) + total / nic + 12e-6
   overhead = eff.sync_overhead_s + job.actor.n_tensors * eff.sync_per_tensor_s
   assert got == pytest.approx(move + overhead, rel=1e-6)
   # A slow sender bounds it the same way.
