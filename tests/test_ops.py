@@ -312,11 +312,21 @@ def test_forward_work_moe_under_tp_ep(tiny_moe):
   # 4 routed tokens (2 per rank, 2 ranks) touch 1 - (1 - 2/8)^4 of the experts.
   touched = 1 - 0.75**4
   assert float(layers.experts_touched_fraction(tiny_moe, tokens * ep)) == pytest.approx(touched)
+  # Experts under EP with expert-TP 1 (the default since the ETP option):
+  # each expert whole on its rank, so experts / ep (was experts / (tp ep)).
   assert float(w.weight_bytes) == pytest.approx(
+      2 * (dense_weights / tp + touched * experts_all / ep + head / tp), rel=1e-6)
+  # veRL's Megatron default, ETP = TP, splits them over tp * ep again.
+  w_etp = layers.forward_work(tiny_moe, tokens, 64.0, tp=tp, ep=ep, etp=tp)
+  assert float(w_etp.weight_bytes) == pytest.approx(
       2 * (dense_weights / tp + touched * experts_all / (tp * ep) + head / tp), rel=1e-6)
-  # Dispatch and combine per MoE layer (3 of 4), each top_k h per token.
-  assert float(w.ep_bytes) == 2 * tokens * top_k * h
+  # Dispatch and combine per MoE layer (3 of 4), each top_k h per token of
+  # the rank's SP share (tokens / tp; was all tokens before SP was counted).
+  assert float(w.ep_bytes) == 2 * tokens / tp * top_k * h
   assert float(w.ep_collectives) == 2 * 3
+  # The MoE layers' MLP all-reduce gives way to the all-to-alls: 2 per
+  # layer minus one per MoE layer under EP.
+  assert float(w.tp_collectives) == 2 * 4 - 3
   # Mean active MLP width over the layers: (1024 + 3 * 2 * 128) / 4 = 448.
   act = 2 * tokens * 4 * (16 * h / tp + 3 * 448 / tp) + 2 * 2 * tokens * 1000 / tp
   assert float(w.activation_bytes) == pytest.approx(act)

@@ -12,7 +12,8 @@ Sync (Megatron/FSDP shards -> engine TP shards):
   (``Psi * bytes / (tp_g pp_g)``) through its own NIC:
   ``max(Psi b / (links * B_nic), Psi b / (tp_g pp_g B_nic))``.
 
-Both pay a per-tensor software cost (bucketing, dtype and layout conversion,
+An engine in another format (FP8 weights from a BF16 trainer) converts what
+it receives (:func:`format_conversion_s`). Both pay a per-tensor software cost (bucketing, dtype and layout conversion,
 one NCCL call per tensor: the reason a 30B MoE with ~18k expert tensors syncs
 far slower than a dense 7B model) plus a fixed overhead.
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from costmodel._src import collectives
+from costmodel._src import precision as precision_lib
 from costmodel._src import smooth
 from costmodel._src.cluster import Cluster
 from costmodel._src.efficiency import Efficiency
@@ -73,13 +75,24 @@ def weight_sync(model: ModelSpec, job: RLJob, train_layout: Parallel, train_gpus
     move_s = smooth.smax(total_bytes / (links * nic), engine_shard / nic, tau) + \
         hw.scaleout_latency_s
   per_tensor = model.n_tensors * eff.sync_per_tensor_s
-  overhead = eff.sync_overhead_s + per_tensor
+  overhead = eff.sync_overhead_s + per_tensor + format_conversion_s(model, job, engine, hw, eff)
   memory = common.Memory.zeros()._replace(weights=engine_shard)
   work = total_bytes / (hw.scaleout_bandwidth_bytes_per_s if not colocated
                         else hw.scaleup_bandwidth_bytes_per_s)
   return common.make_cost(jnp.zeros(()), jnp.zeros(()), move_s, jnp.zeros(()), overhead,
                           work, move_s + overhead, jnp.zeros(()), memory,
                           bytes_moved=jnp.asarray(total_bytes))
+
+
+def format_conversion_s(model: ModelSpec, job: RLJob, engine: Engine, hw, eff: Efficiency):
+  """Conversion of the received weights to the engine's format (BF16 -> FP8).
+
+  The trainer sends its own format; each engine GPU quantises its shard
+  (:func:`precision.conversion_time_s`). Zero when the formats match.
+  """
+  dst = precision_lib.weight_bytes(engine.precision, job.param_bytes)
+  params = float(model.total_params) / (engine.tp * engine.pp)
+  return precision_lib.conversion_time_s(params, model.n_tensors, job.param_bytes, dst, hw, eff)
 
 
 def switch(model: ModelSpec, job: RLJob, engine: Engine, resident_train_bytes,
@@ -100,7 +113,8 @@ def switch(model: ModelSpec, job: RLJob, engine: Engine, resident_train_bytes,
   """
   hw = cluster.accelerator
   host = hw.host_bandwidth_bytes_per_s * eff.host_efficiency
-  engine_w = float(model.total_params) * job.param_bytes / (engine.tp * engine.pp)
+  engine_w = float(model.total_params) * precision_lib.weight_bytes(
+      engine.precision, job.param_bytes) / (engine.tp * engine.pp)
   # Engine sleep offloads its weights and drops the KV cache; wake reloads.
   moved = 2.0 * engine_w + 2.0 * offload_train_bytes
   comm = moved / host
