@@ -33,6 +33,7 @@ from costmodel._src.plan import Plan
 from costmodel._src.plan import Pool
 from costmodel._src.plan import RolePlan
 from costmodel._src.plan import validate as validate_plan
+from costmodel._src.precision import Precision
 from costmodel._src.roofline import roofline
 from costmodel._src.step import estimate
 from costmodel._src.validation.cases import Case
@@ -52,6 +53,7 @@ __all__ = (
     "Parallel",
     "Plan",
     "Pool",
+    "Precision",
     "RLJob",
     "ResponseLength",
     "RolePlan",

@@ -327,8 +327,11 @@ def test_forward_work_moe_under_tp_ep(tiny_moe):
   # The MoE layers' MLP all-reduce gives way to the all-to-alls: 2 per
   # layer minus one per MoE layer under EP.
   assert float(w.tp_collectives) == 2 * 4 - 3
-  # Mean active MLP width over the layers: (1024 + 3 * 2 * 128) / 4 = 448.
-  act = 2 * tokens * 4 * (16 * h / tp + 3 * 448 / tp) + 2 * 2 * tokens * 1000 / tp
+  # Mean active MLP width over the layers: (1024 + 3 * 2 * 128) / 4 = 448;
+  # the MoE layers (3 of 4) also permute the routed copies into expert order
+  # and back: 4 k h elements per token (added with the MoE dispatch model).
+  act = 2 * tokens * 4 * (16 * h / tp + 3 * 448 / tp + 0.75 * 4 * top_k * h / tp) + \
+      2 * 2 * tokens * 1000 / tp
   assert float(w.activation_bytes) == pytest.approx(act)
   # Without EP, no all-to-all; with many tokens every expert is read.
   w1 = layers.forward_work(tiny_moe, 4096.0, 64.0, tp=tp, ep=1.0)

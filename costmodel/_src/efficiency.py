@@ -24,10 +24,12 @@ import jax.numpy as jnp
 from costmodel._src import pytree
 from costmodel._src import smooth
 
-# GEMM width curve (see gemm_efficiency): fitted on DeepGEMM's H800 FP8 rows
-# (deepseek-ai/DeepGEMM README.md @55ab91f), where narrow N or K run at
-# 38-80% of the wide shapes, and mapped to BF16 by the peak ratio.
-MATMUL_HALF_WIDTH = 256.0
+# GEMM width curve (see gemm_efficiency): a grid fit on DeepGEMM's H800 FP8
+# rows (deepseek-ai/DeepGEMM README.md @55ab91f), where narrow N or K run at
+# 50-80% of the wide shapes, jointly with the Megatron-Core MoE recipe rows
+# (hidden 2,048-4,096, expert widths 768-1,536), holding the dense training
+# and BF16 kernel rows; mapped to BF16 by the peak ratio.
+MATMUL_HALF_WIDTH = 320.0
 MATMUL_WIDTH_EXPONENT = 1.5
 
 
