@@ -14,8 +14,9 @@ Sync (Megatron/FSDP shards -> engine TP shards):
 
 An engine in another format (FP8 weights from a BF16 trainer) converts what
 it receives (:func:`format_conversion_s`). Both pay a per-tensor software
-cost (bucketing, dtype and layout conversion, one NCCL call per tensor: the reason a 30B MoE with ~18k expert tensors syncs
-far slower than a dense 7B model) plus a fixed overhead.
+cost (bucketing, dtype and layout conversion, one NCCL call per tensor: the
+reason a 30B MoE with ~18k expert tensors syncs far slower than a dense 7B
+model) plus a fixed overhead.
 
 Switch (colocated pools only): the engine wakes (weights and KV cache back
 into HBM) before generation and sleeps after it; training states that do not
