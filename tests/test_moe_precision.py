@@ -76,8 +76,10 @@ def test_more_experts_at_same_active_params_lower_expert_gemm_efficiency():
   assert float(w_few.expert_gemms[0].rows) == pytest.approx(512.0)
   assert float(w_many.expert_gemms[0].rows) == pytest.approx(64.0)
   assert rate_many < 0.8 * rate_few
-  # Hand value: the row factors differ, the widths are the same.
-  s = lambda m: 1.0 / (1.0 + EFF.matmul_half_rows / m)
+  # Hand value: the row factors differ (padding P(M) = T + (H - T) M / (M + T)),
+  # the widths are the same.
+  t, h = EFF.matmul_tile_rows, EFF.matmul_half_rows
+  s = lambda m: 1.0 / (1.0 + (t + (h - t) * m / (m + t)) / m)
   assert rate_many / rate_few == pytest.approx(s(64.0) / s(512.0), rel=1e-6)
 
 
@@ -129,10 +131,22 @@ def test_narrow_gemms_run_below_wide_ones():
   assert e(8192.0, 512.0) < e(8192.0, 2048.0) < e(8192.0, 8192.0)
   # Hand value at N = K = W_half: each width factor is 1/2.
   w = EFF.matmul_half_width
-  m_factor = 1.0 / (1.0 + EFF.matmul_half_rows / 4096.0)
+  t, h = EFF.matmul_tile_rows, EFF.matmul_half_rows
+  m_factor = 1.0 / (1.0 + (t + (h - t) * 4096.0 / (4096.0 + t)) / 4096.0)
   assert e(w, w) == pytest.approx(0.76 * m_factor / 4, rel=1e-6)
   # Leaving N and K out is the wide limit.
   assert float(eff_lib.gemm_efficiency(4096.0, 0.76, EFF)) == pytest.approx(0.76 * m_factor)
+
+
+def test_a_few_rows_pad_to_the_decode_tile_not_the_half_point():
+  # One row per expert: padded to about T = 16 rows, not H = 48.
+  e1 = float(eff_lib.gemm_efficiency(1.0, 1.0, EFF))
+  t, h = EFF.matmul_tile_rows, EFF.matmul_half_rows
+  assert e1 == pytest.approx(1.0 / (1.0 + t + (h - t) / (1.0 + t)), rel=1e-6)
+  assert e1 > 2.0 / (1.0 + h)
+  # Large M: the plain curve 1 / (1 + H / M) within 1%.
+  e = float(eff_lib.gemm_efficiency(4096.0, 1.0, EFF))
+  assert e == pytest.approx(1.0 / (1.0 + h / 4096.0), rel=1e-2)
 
 
 def test_gemm_efficiency_has_finite_gradients_in_every_size():

@@ -61,6 +61,11 @@ class Efficiency:
       (framework overhead: FSDP, dynamic batching, padding).
     cpu_optimizer_params_per_s: Parameters per second one GPU's host process
       updates with an offloaded (CPU) Adam.
+    matmul_tile_rows: Rows a GEMM with very few rows is padded to (the
+      smallest M tile of decode-time GEMM and fused-MoE kernels: 16 in
+      Triton fused-MoE and DeepGEMM's masked layout); see
+      :func:`gemm_efficiency`. Equal to ``matmul_half_rows`` gives the plain
+      row curve.
     matmul_half_width: GEMM width (N or K) at which that dimension halves the
       efficiency; see :func:`gemm_efficiency`.
     matmul_width_exponent: Steepness of the width factor.
@@ -97,6 +102,7 @@ class Efficiency:
   train_efficiency: jax.Array | float = 1.0
   cpu_optimizer_params_per_s: jax.Array | float = 1e9
   # ----- GEMM shape, MoE routing and low precision --------------------------
+  matmul_tile_rows: jax.Array | float = 16.0
   matmul_half_width: jax.Array | float = MATMUL_HALF_WIDTH
   matmul_width_exponent: jax.Array | float = MATMUL_WIDTH_EXPONENT
   fp8_matmul_efficiency: jax.Array | float = 0.95
@@ -113,6 +119,7 @@ class Efficiency:
         memory_exponent=self.memory_exponent,
         cpu_optimizer_params_per_s=self.cpu_optimizer_params_per_s,
         matmul_half_width=self.matmul_half_width,
+        matmul_tile_rows=self.matmul_tile_rows,
         matmul_width_exponent=self.matmul_width_exponent)
     pytree.check_fraction(
         "Efficiency", attention_efficiency=self.attention_efficiency,
@@ -155,8 +162,14 @@ def saturating_efficiency(size: jax.Array, eff_max: jax.Array,
 def gemm_efficiency(rows, eff_max, eff: Efficiency, n=None, k=None, speedup=1.0) -> jax.Array:
   """Fraction of peak a GEMM of ``rows`` x ``n`` x ``k`` reaches.
 
-      eff = eff_max * s(M; M_half r) * s(N; W_half r) * s(K; W_half r)
+      eff = eff_max * s(M; P(M)) * s(N; W_half r) * s(K; W_half r)
       s(x; h) = 1 / (1 + (h / x) ** p)
+      P(M) = T + (H - T) * M / (M + T),   H = M_half r,  T = tile rows
+
+  The row curve pads a short M: towards the large-M half point ``H`` (wave
+  and tile quantisation of big GEMMs), towards the small tile ``T`` of
+  decode kernels when M is a handful of rows (a grouped expert GEMM in
+  decode sees one or two tokens per expert).
 
   A short M leaves tiles idle; a narrow N leaves the activation tile little
   reuse; a short K gives each output tile few MMA steps to amortise its
@@ -178,7 +191,11 @@ def gemm_efficiency(rows, eff_max, eff: Efficiency, n=None, k=None, speedup=1.0)
   References: NVIDIA, "Matrix Multiplication Background" (tile and wave
   quantisation); DeepGEMM README performance tables.
   """
-  e = saturating_efficiency(rows, eff_max, eff.matmul_half_rows * speedup, eff.matmul_exponent)
+  half = eff.matmul_half_rows * speedup
+  rows = jnp.asarray(rows, float)
+  tile = eff.matmul_tile_rows
+  pad = tile + (half - tile) * rows / (rows + tile)
+  e = saturating_efficiency(rows, eff_max, pad, eff.matmul_exponent)
   for width in (n, k):
     if width is not None:
       e = saturating_efficiency(width, e, eff.matmul_half_width * speedup,

@@ -132,7 +132,6 @@ def _gemms(model: ModelSpec, t_loc, tp, pp, etp, ep, lm_head: bool, touched=1.0)
   mlp_in = 2.0 if model.gated_mlp else 1.0
   n_l = model.n_layers / pp
   moe_l = model.n_moe_layers / pp
-  dense_l = model.n_dense_layers / pp
   o_params = float(model.n_heads * model.value_head_dim * model.hidden)
   attn_in = float(model.attention_params()) - o_params
   dense = []
@@ -146,8 +145,10 @@ def _gemms(model: ModelSpec, t_loc, tp, pp, etp, ep, lm_head: bool, touched=1.0)
                     attn_in / h / tp, jnp.asarray(h)))
   dense.append(Gemm(2.0 * t_loc * n_l * o_params / tp, t_loc, jnp.asarray(h),
                     o_params / h / tp))
-  for count, ffn in ((dense_l, model.ffn_hidden), (moe_l, model.shared_ffn_hidden)):
-    if count and ffn:
+  for n_layers, ffn in ((model.n_dense_layers, model.ffn_hidden),
+                        (model.n_moe_layers, model.shared_ffn_hidden)):
+    count = n_layers / pp
+    if n_layers and ffn:
       p = float(model._mlp_params(ffn))
       dense.append(Gemm(2.0 * t_loc * count * p * mlp_in / (mlp_in + 1) / tp, t_loc,
                         mlp_in * ffn / tp, jnp.asarray(h)))
@@ -158,7 +159,7 @@ def _gemms(model: ModelSpec, t_loc, tp, pp, etp, ep, lm_head: bool, touched=1.0)
     dense.append(Gemm(2.0 * t_loc * head / tp, t_loc, model.vocab / tp,
                       jnp.asarray(float(model.token_embed_dim))))
   experts = []
-  if model.is_moe and moe_l:
+  if model.is_moe and model.n_moe_layers:
     m_e = expert_rows(model, t_loc, tp, ep, etp) / touched
     p = float(model.top_k * model.expert_params())
     f = float(model.expert_ffn_hidden)
