@@ -79,8 +79,11 @@ def main(argv):
   # Runs the model reports infeasible (a published config that needs what the
   # model does not capture, e.g. LoRA) stay in the table but out of the fit.
   rows = cm.validation.evaluate(cases)
+  # The MoE and FP8 rows are predicted and tabled but kept out of the fit:
+  # with them the 40-step calibration of the default fields ends in NaN
+  # (not located yet; every row's gradient is finite at the defaults).
   finite = [c for c, r in zip(cases, rows, strict=True) if np.isfinite(r.predicted)
-            and abs(r.error) < 10 and c.group not in NOT_FITTED]
+            and abs(r.error) < 10 and c.group not in NOT_FITTED + ("moe", "fp8")]
   fit, held = cm.split_cases(finite, _HOLDOUT.value, seed=_SEED.value)
   result = cm.calibrate(fit, held, steps=_STEPS.value)
   date = datetime.date.today().isoformat()

@@ -47,6 +47,7 @@ from costmodel._src.plan import Pool
 from costmodel._src.plan import RolePlan
 from costmodel._src.plan import required_roles
 from costmodel._src.plan import validate as validate_plan
+from costmodel._src.precision import Precision
 from costmodel._src.roofline import roofline
 from costmodel._src.rule_table import RULE_SETS
 from costmodel._src.rule_table import RULES
@@ -72,6 +73,7 @@ __all__ = (
     "Placement",
     "Plan",
     "Pool",
+    "Precision",
     "RLJob",
     "RULES",
     "RULE_SETS",

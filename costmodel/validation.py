@@ -21,8 +21,8 @@ from costmodel._src.validation.rl_cases import inferred_means
 from costmodel._src.validation.rl_cases import runs as rl_runs
 from costmodel._src.validation.sync_cases import SKIPPED_MORE
 
-GROUPS = ("training", "memory", "kernel", "decode", "collective", "rl_step", "rl_stage",
-          "rl_sync", "feasibility")
+GROUPS = ("training", "memory", "kernel", "decode", "collective", "moe", "fp8", "rl_step",
+          "rl_stage", "rl_sync", "feasibility")
 
 
 def cases(groups: Sequence[str] | None = None) -> list[Case]:
@@ -38,7 +38,9 @@ def cases(groups: Sequence[str] | None = None) -> list[Case]:
   for g in groups:
     if g not in GROUPS:
       raise ValueError(f"group={g!r} is not one of {GROUPS}")
-  out = [c for c in base.all_cases() + sync_cases.all_more_cases() if c.group in groups]
+  from costmodel._src.validation import moe_cases  # pylint: disable=g-import-not-at-top
+  out = [c for c in base.all_cases() + sync_cases.all_more_cases() + moe_cases.all_cases()
+         if c.group in groups]
   if {"rl_step", "rl_stage"} & set(groups):
     out += [c for c in rl_cases.all_rl_cases() if c.group in groups]
   return out

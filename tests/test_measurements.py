@@ -35,6 +35,7 @@ def _jsonl(*objects):
     [
         ("rl", "published_rl.csv", 40),
         ("training_inference", "published_training_inference.csv", 47),
+        ("moe_fp8", "published_moe_fp8.csv", 39),
     ],
 )
 def test_published_table_rows_and_columns(name, filename, n_rows):
@@ -60,7 +61,7 @@ def test_published_table_values_are_text():
 
 
 def test_published_table_unknown_name():
-    with pytest.raises(ValueError, match=r"'sft'.*\['rl', 'training_inference'\]"):
+    with pytest.raises(ValueError, match=r"'sft'.*\['moe_fp8', 'rl', 'training_inference'\]"):
         published_table("sft")
 
 

@@ -32,8 +32,11 @@ ROUND_HW = cm.Hardware(
     host_bandwidth_bytes_per_s=50e9, matmul_efficiency_max=0.8, hbm_efficiency_max=0.9,
     scaleup_efficiency=0.5, scaleout_efficiency=0.8)
 # Half efficiency at 64 GEMM rows and at a 1 us ideal transfer, exponent 1.
+# The decode tile equal to the half point keeps the plain row curve
+# 1 / (1 + 64 / M) (the tile mechanism has a test of its own).
 ROUND_EFF = cm.Efficiency(matmul_half_rows=64.0, matmul_exponent=1.0,
-                          memory_half_time_s=1e-6, memory_exponent=1.0)
+                          memory_half_time_s=1e-6, memory_exponent=1.0,
+                          matmul_tile_rows=64.0)
 BU = 100e9 * 0.5  # achieved scale-up bandwidth, bytes/s
 BO = 10e9 * 0.8  # achieved scale-out bandwidth, bytes/s
 AU, AO = 1e-5, 2e-5  # per-step latencies, s
@@ -312,13 +315,26 @@ def test_forward_work_moe_under_tp_ep(tiny_moe):
   # 4 routed tokens (2 per rank, 2 ranks) touch 1 - (1 - 2/8)^4 of the experts.
   touched = 1 - 0.75**4
   assert float(layers.experts_touched_fraction(tiny_moe, tokens * ep)) == pytest.approx(touched)
+  # Experts under EP with expert-TP 1 (the default since the ETP option):
+  # each expert whole on its rank, so experts / ep (was experts / (tp ep)).
   assert float(w.weight_bytes) == pytest.approx(
+      2 * (dense_weights / tp + touched * experts_all / ep + head / tp), rel=1e-6)
+  # veRL's Megatron default, ETP = TP, splits them over tp * ep again.
+  w_etp = layers.forward_work(tiny_moe, tokens, 64.0, tp=tp, ep=ep, etp=tp)
+  assert float(w_etp.weight_bytes) == pytest.approx(
       2 * (dense_weights / tp + touched * experts_all / (tp * ep) + head / tp), rel=1e-6)
-  # Dispatch and combine per MoE layer (3 of 4), each top_k h per token.
-  assert float(w.ep_bytes) == 2 * tokens * top_k * h
+  # Dispatch and combine per MoE layer (3 of 4), each top_k h per token of
+  # the rank's SP share (tokens / tp; was all tokens before SP was counted).
+  assert float(w.ep_bytes) == 2 * tokens / tp * top_k * h
   assert float(w.ep_collectives) == 2 * 3
-  # Mean active MLP width over the layers: (1024 + 3 * 2 * 128) / 4 = 448.
-  act = 2 * tokens * 4 * (16 * h / tp + 3 * 448 / tp) + 2 * 2 * tokens * 1000 / tp
+  # The MoE layers' MLP all-reduce gives way to the all-to-alls: 2 per
+  # layer minus one per MoE layer under EP.
+  assert float(w.tp_collectives) == 2 * 4 - 3
+  # Mean active MLP width over the layers: (1024 + 3 * 2 * 128) / 4 = 448;
+  # the MoE layers (3 of 4) also permute the routed copies into expert order
+  # and back: 4 k h elements per token (added with the MoE dispatch model).
+  act = 2 * tokens * 4 * (16 * h / tp + 3 * 448 / tp + 0.75 * 4 * top_k * h / tp) + \
+      2 * 2 * tokens * 1000 / tp
   assert float(w.activation_bytes) == pytest.approx(act)
   # Without EP, no all-to-all; with many tokens every expert is read.
   w1 = layers.forward_work(tiny_moe, 4096.0, 64.0, tp=tp, ep=1.0)

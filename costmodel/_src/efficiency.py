@@ -24,6 +24,14 @@ import jax.numpy as jnp
 from costmodel._src import pytree
 from costmodel._src import smooth
 
+# GEMM width curve (see gemm_efficiency): a grid fit on DeepGEMM's H800 FP8
+# rows (deepseek-ai/DeepGEMM README.md @55ab91f), where narrow N or K run at
+# 50-80% of the wide shapes, jointly with the Megatron-Core MoE recipe rows
+# (hidden 2,048-4,096, expert widths 768-1,536), holding the dense training
+# and BF16 kernel rows; mapped to BF16 by the peak ratio.
+MATMUL_HALF_WIDTH = 320.0
+MATMUL_WIDTH_EXPONENT = 1.5
+
 
 @pytree.pytree_dataclass
 class Efficiency:
@@ -94,6 +102,27 @@ class Efficiency:
       (framework overhead: FSDP, dynamic batching, padding).
     cpu_optimizer_params_per_s: Parameters per second one GPU's host process
       updates with an offloaded (CPU) Adam.
+    matmul_tile_rows: Rows a GEMM with very few rows is padded to (the
+      smallest M tile of decode-time GEMM and fused-MoE kernels: 16 in
+      Triton fused-MoE and DeepGEMM's masked layout); see
+      :func:`gemm_efficiency`. Equal to ``matmul_half_rows`` gives the plain
+      row curve.
+    matmul_half_width: GEMM width (N or K) at which that dimension halves the
+      efficiency; see :func:`gemm_efficiency`.
+    matmul_width_exponent: Steepness of the width factor.
+    fp8_matmul_efficiency: Best FP8 GEMM efficiency relative to the BF16 one
+      (``matmul_efficiency_max``), applied to the FP8 peak.
+    fp4_matmul_efficiency: Likewise for FP4 GEMMs on the FP4 peak.
+    moe_imbalance: Tokens of the busiest expert rank over the mean (routing
+      skew or capacity factor, >= 1): expert GEMMs and the expert all-to-all
+      run at the pace of that rank. 1 is balanced routing, what the public
+      MoE benchmarks force (Megatron's ``--moe-router-force-load-balancing``);
+      a dropless router with an auxiliary loss runs above it.
+    moe_layer_overhead_s: Fixed time per MoE layer per training or inference
+      pass (router, top-k, token sort, dispatcher bookkeeping and launches);
+      fitted on the Megatron-Core MoE recipe rows of the validation set.
+    convert_per_tensor_s: Weight-sync cost per tensor of a format conversion
+      (BF16 trainer to FP8 engine: block scales, quantisation kernels).
   """
 
   matmul_half_rows: jax.Array | float = 48.0
@@ -123,6 +152,15 @@ class Efficiency:
   switch_overhead_s: jax.Array | float = 1.0
   train_efficiency: jax.Array | float = 1.0
   cpu_optimizer_params_per_s: jax.Array | float = 1e9
+  # ----- GEMM shape, MoE routing and low precision --------------------------
+  matmul_tile_rows: jax.Array | float = 16.0
+  matmul_half_width: jax.Array | float = MATMUL_HALF_WIDTH
+  matmul_width_exponent: jax.Array | float = MATMUL_WIDTH_EXPONENT
+  fp8_matmul_efficiency: jax.Array | float = 0.95
+  fp4_matmul_efficiency: jax.Array | float = 0.85
+  moe_imbalance: jax.Array | float = 1.0
+  moe_layer_overhead_s: jax.Array | float = 1.5e-3
+  convert_per_tensor_s: jax.Array | float = 1.2e-4
 
   def __post_init__(self):
     pytree.check_positive(
@@ -133,12 +171,17 @@ class Efficiency:
         cpu_optimizer_params_per_s=self.cpu_optimizer_params_per_s,
         sync_bucket_bytes=self.sync_bucket_bytes,
         sync_export_bytes_per_s=self.sync_export_bytes_per_s,
-        batch_transfer_bytes_per_s=self.batch_transfer_bytes_per_s)
+        batch_transfer_bytes_per_s=self.batch_transfer_bytes_per_s,
+        matmul_half_width=self.matmul_half_width,
+        matmul_tile_rows=self.matmul_tile_rows,
+        matmul_width_exponent=self.matmul_width_exponent)
     pytree.check_fraction(
         "Efficiency", attention_efficiency=self.attention_efficiency,
         link_efficiency=self.link_efficiency,
         host_efficiency=self.host_efficiency,
-        train_efficiency=self.train_efficiency)
+        train_efficiency=self.train_efficiency,
+        fp8_matmul_efficiency=self.fp8_matmul_efficiency,
+        fp4_matmul_efficiency=self.fp4_matmul_efficiency)
     pytree.check_nonnegative(
         "Efficiency", dp_overlap=self.dp_overlap,
         decode_step_overhead_s=self.decode_step_overhead_s,
@@ -154,7 +197,11 @@ class Efficiency:
         train_call_overhead_s=self.train_call_overhead_s,
         sync_overhead_s=self.sync_overhead_s,
         sync_per_tensor_s=self.sync_per_tensor_s,
-        switch_overhead_s=self.switch_overhead_s)
+        switch_overhead_s=self.switch_overhead_s,
+        convert_per_tensor_s=self.convert_per_tensor_s,
+        moe_layer_overhead_s=self.moe_layer_overhead_s)
+    if pytree.is_concrete(self.moe_imbalance) and float(self.moe_imbalance) < 1:
+      raise ValueError(f"Efficiency: moe_imbalance={self.moe_imbalance!r} must be >= 1")
     if pytree.is_concrete(self.dp_overlap) and float(self.dp_overlap) > 1:
       raise ValueError(f"Efficiency: dp_overlap={self.dp_overlap!r} must lie in [0, 1]")
 
@@ -168,3 +215,50 @@ def saturating_efficiency(size: jax.Array, eff_max: jax.Array,
   """
   ratio = jnp.exp(exponent * (smooth.safe_log(half_size) - smooth.safe_log(size)))
   return eff_max / (1.0 + ratio)
+
+
+# ----- GEMM efficiency by shape ---------------------------------------------
+
+
+def gemm_efficiency(rows, eff_max, eff: Efficiency, n=None, k=None, speedup=1.0) -> jax.Array:
+  """Fraction of peak a GEMM of ``rows`` x ``n`` x ``k`` reaches.
+
+      eff = eff_max * s(M; P(M)) * s(N; W_half r) * s(K; W_half r)
+      s(x; h) = 1 / (1 + (h / x) ** p)
+      P(M) = T + (H - T) * M / (M + T),   H = M_half r,  T = tile rows
+
+  The row curve pads a short M: towards the large-M half point ``H`` (wave
+  and tile quantisation of big GEMMs), towards the small tile ``T`` of
+  decode kernels when M is a handful of rows (a grouped expert GEMM in
+  decode sees one or two tokens per expert).
+
+  A short M leaves tiles idle; a narrow N leaves the activation tile little
+  reuse; a short K gives each output tile few MMA steps to amortise its
+  prologue and epilogue. ``r`` (``speedup``) is the format's peak over the
+  BF16 peak: fixed per-tile costs weigh ``r`` times more when the MMAs run
+  ``r`` times faster, so FP8 reaches its plateau at twice the sizes (as
+  DeepGEMM's masked-layout rows at 256-1,024 rows per expert show). ``n`` or
+  ``k`` left out (None) means wide (factor 1). One smooth function for the
+  exact and the relaxed model, used by every GEMM, dense or grouped (an
+  expert's GEMM is evaluated at the rows that expert receives).
+
+  Args:
+    rows: M (tokens of the GEMM, or of one expert).
+    eff_max: The accelerator's best fraction for wide GEMMs.
+    eff: Efficiency parameters (half sizes and exponents).
+    n, k: Output width and reduction depth.
+    speedup: Peak of the GEMM's format over the BF16 peak.
+
+  References: NVIDIA, "Matrix Multiplication Background" (tile and wave
+  quantisation); DeepGEMM README performance tables.
+  """
+  half = eff.matmul_half_rows * speedup
+  rows = jnp.asarray(rows, float)
+  tile = eff.matmul_tile_rows
+  pad = tile + (half - tile) * rows / (rows + tile)
+  e = saturating_efficiency(rows, eff_max, pad, eff.matmul_exponent)
+  for width in (n, k):
+    if width is not None:
+      e = saturating_efficiency(width, e, eff.matmul_half_width * speedup,
+                                eff.matmul_width_exponent)
+  return e

@@ -34,6 +34,7 @@ class Hardware:
     hbm_efficiency_max: Best measured fraction of HBM bandwidth for streaming.
     scaleup_efficiency: Achieved NCCL ring bus bandwidth / scale-up line rate.
     scaleout_efficiency: Achieved NCCL bus bandwidth / NIC line rate.
+    peak_fp4_flops_per_s: Dense FP4 peak; 0 where FP4 is absent.
   """
 
   name: str = pytree.static_field()
@@ -50,6 +51,7 @@ class Hardware:
   hbm_efficiency_max: float = 0.85
   scaleup_efficiency: float = 0.80
   scaleout_efficiency: float = 0.92
+  peak_fp4_flops_per_s: float = 0.0
 
   def __post_init__(self):
     owner = f"Hardware({self.name!r})"
@@ -68,6 +70,7 @@ class Hardware:
                           hbm_efficiency_max=self.hbm_efficiency_max,
                           scaleup_efficiency=self.scaleup_efficiency,
                           scaleout_efficiency=self.scaleout_efficiency)
+    pytree.check_nonnegative(owner, peak_fp4_flops_per_s=self.peak_fp4_flops_per_s)
 
   @property
   def ridge_flops_per_byte(self):
@@ -148,21 +151,25 @@ _PRESETS: dict[str, dict] = {
         matmul_efficiency_max=0.76, hbm_efficiency_max=0.88),
     # B200 (HGX, 1000 W): 2,250 TF BF16 dense, 4,500 FP8 dense, 180 GB usable
     # HBM3e at 8 TB/s, NVLink5 900 GB/s per direction (glennklockwood.com B200
-    # table; TensorRT-LLM perf-overview "B200 180GB"); 400 Gb/s CX-7 per GPU
+    # table; TensorRT-LLM perf-overview "B200 180GB"); FP4 9,000 dense (same
+    # table); 400 Gb/s CX-7 per GPU
     # [unverified]. Efficiencies assumed as H100 [unverified].
     "B200": dict(
         peak_flops_per_s=2250 * TERA, peak_fp8_flops_per_s=4500 * TERA,
+        peak_fp4_flops_per_s=9000 * TERA,
         hbm_bytes=179 * GIB, hbm_bandwidth_bytes_per_s=8000 * GIGA,
         scaleup_bandwidth_bytes_per_s=900 * GIGA, scaleup_latency_s=2.5e-6,
         scaleout_bandwidth_bytes_per_s=50 * GIGA, scaleout_latency_s=12e-6,
         host_bandwidth_bytes_per_s=55 * GIGA,
         matmul_efficiency_max=0.76, hbm_efficiency_max=0.88),
-    # GB200 (NVL72, 1200 W per GPU): 2,500 TF BF16 dense, 5,000 FP8; 186 GB
+    # GB200 (NVL72, 1200 W per GPU): 2,500 TF BF16 dense, 5,000 FP8, 10,000
+    # FP4 (twice FP8, as on B200 [unverified]); 186 GB
     # HBM3e at 8 TB/s; NVLink5 900 GB/s per direction across the 72-GPU domain;
     # 800 Gb/s CX-8 per GPU [unverified]; NVLink-C2C host link 450 GB/s per
     # direction [unverified].
     "GB200": dict(
         peak_flops_per_s=2500 * TERA, peak_fp8_flops_per_s=5000 * TERA,
+        peak_fp4_flops_per_s=10000 * TERA,
         hbm_bytes=186 * GIB, hbm_bandwidth_bytes_per_s=8000 * GIGA,
         scaleup_bandwidth_bytes_per_s=900 * GIGA, scaleup_latency_s=2.5e-6,
         scaleout_bandwidth_bytes_per_s=100 * GIGA, scaleout_latency_s=12e-6,

@@ -1,10 +1,21 @@
 """FLOPs and bytes of a forward pass of the whole model on one GPU.
 
 Counts are per GPU under tensor (TP), sequence (SP), context (CP), pipeline
-(PP) and expert (EP) parallelism, for ``tokens`` tokens held by the GPU's
-data-parallel rank, each attending to ``context`` keys on average. Expert
-matmuls are split over the TP group as well (ETP = TP). The backward pass costs
-twice the forward FLOPs; callers scale.
+(PP), expert (EP) and expert-tensor (ETP) parallelism, for ``tokens`` tokens
+held by the GPU's data-parallel rank, each attending to ``context`` keys on
+average. The backward pass costs twice the forward FLOPs; callers scale.
+
+GEMMs are listed by shape (:class:`Gemm`): the attention projections, the
+dense and shared-expert MLPs and the LM head run on all the rank's tokens;
+a routed expert runs on the tokens it receives,
+
+    M_expert = tokens * top_k * ep * etp / (tp * n_experts)
+
+(the EP group gathers ``ep * etp / tp`` ranks' tokens, SP-split over TP, and
+each of its ranks holds ``n_experts / ep`` experts split ``etp`` ways), so
+more, smaller experts at the same active parameters run shorter GEMMs. With
+``ep = 1`` the experts are TP-split (``etp = tp``), as Megatron does when no
+expert degree is set.
 
 References: Narayanan et al. SC'21 (FLOPs); Korthikanti et al. MLSys'23
 (communication of TP and SP); Dao et al. 2022 (FlashAttention IO).
@@ -18,6 +29,15 @@ import jax
 import jax.numpy as jnp
 
 from costmodel._src.model import ModelSpec
+
+
+class Gemm(NamedTuple):
+  """GEMMs of one shape: total FLOPs on the GPU, and M, N, K of each."""
+
+  flops: jax.Array
+  rows: jax.Array
+  n: jax.Array
+  k: jax.Array
 
 
 class ForwardWork(NamedTuple):
@@ -36,6 +56,16 @@ class ForwardWork(NamedTuple):
     n_gemms: Number of separate weight GEMMs (sets their size).
     layers: Layers on this GPU's pipeline stage.
     rows: Rows of each weight GEMM (tokens on this GPU).
+    dense_gemms: Non-expert GEMMs by shape (their FLOPs sum with the
+      experts' to ``matmul_flops``).
+    expert_gemms: Routed-expert GEMMs by shape, M = tokens per expert.
+    expert_weight_bytes: Share of ``weight_bytes`` read by the experts.
+    n_expert_gemms: Number of grouped expert GEMMs in the pass.
+    etp_bytes: Volume of one expert-TP all-reduce (routed copies), bytes.
+    etp_collectives: Expert-TP all-reduces in the pass (ETP > 1 with EP).
+    etp: Expert-TP degree in force (:func:`effective_etp`).
+    moe_layers: MoE layers on this GPU's pipeline stage.
+    top_k: Experts per token (0 for a dense model).
   """
 
   matmul_flops: jax.Array
@@ -50,6 +80,15 @@ class ForwardWork(NamedTuple):
   n_gemms: jax.Array
   layers: jax.Array
   rows: jax.Array
+  dense_gemms: tuple = ()
+  expert_gemms: tuple = ()
+  expert_weight_bytes: jax.Array | float = 0.0
+  n_expert_gemms: jax.Array | float = 0.0
+  etp_bytes: jax.Array | float = 0.0
+  etp_collectives: jax.Array | float = 0.0
+  etp: jax.Array | float = 1.0
+  moe_layers: jax.Array | float = 0.0
+  top_k: int = 0
 
 
 def experts_touched_fraction(model: ModelSpec, routed_tokens) -> jax.Array:
@@ -66,10 +105,75 @@ def experts_touched_fraction(model: ModelSpec, routed_tokens) -> jax.Array:
   return -jnp.expm1(jnp.asarray(routed_tokens, float) * jnp.log1p(-p))
 
 
+def effective_etp(tp, ep, etp):
+  """Expert-TP degree in force: ``etp`` with EP, ``tp`` without it."""
+  return jnp.where(jnp.asarray(ep, float) > 1.0, jnp.asarray(etp, float),
+                   jnp.asarray(tp, float))
+
+
+def expert_rows(model: ModelSpec, tokens, tp=1.0, ep=1.0, etp=1.0) -> jax.Array:
+  """Mean tokens one routed expert receives: ``tokens k ep etp / (tp E)``.
+
+  ``tokens`` are the rank's (after CP splitting); ``etp`` is the degree in
+  force (:func:`effective_etp`).
+  """
+  if not model.is_moe:
+    return jnp.zeros(())
+  return jnp.asarray(tokens, float) * model.top_k * ep * etp / (tp * model.n_experts)
+
+
+def _gemms(model: ModelSpec, t_loc, tp, pp, etp, ep, lm_head: bool, touched=1.0):
+  """Dense and expert GEMMs of one stage's forward, by shape.
+
+  An expert GEMM runs only for the experts that receive tokens: its rows are
+  the tokens per *touched* expert (at least one token when few are routed).
+  """
+  h = float(model.hidden)
+  mlp_in = 2.0 if model.gated_mlp else 1.0
+  n_l = model.n_layers / pp
+  moe_l = model.n_moe_layers / pp
+  o_params = float(model.n_heads * model.value_head_dim * model.hidden)
+  attn_in = float(model.attention_params()) - o_params
+  dense = []
+  # Attention: QKV (or MLA's down/up projections) then the output projection.
+  # Norms and the router ride with the QKV GEMM (their FLOPs are tiny).
+  other = float(model.layer_params(active=True)) - model.n_layers * (
+      attn_in + o_params) - model.n_dense_layers * model.dense_mlp_params() - (
+          model.n_moe_layers * (model.top_k * model.expert_params() + (
+              model._mlp_params(model.shared_ffn_hidden) if model.shared_ffn_hidden else 0)))
+  dense.append(Gemm(2.0 * t_loc * (n_l * attn_in + other / pp) / tp, t_loc,
+                    attn_in / h / tp, jnp.asarray(h)))
+  dense.append(Gemm(2.0 * t_loc * n_l * o_params / tp, t_loc, jnp.asarray(h),
+                    o_params / h / tp))
+  for n_layers, ffn in ((model.n_dense_layers, model.ffn_hidden),
+                        (model.n_moe_layers, model.shared_ffn_hidden)):
+    count = n_layers / pp
+    if n_layers and ffn:
+      p = float(model._mlp_params(ffn))
+      dense.append(Gemm(2.0 * t_loc * count * p * mlp_in / (mlp_in + 1) / tp, t_loc,
+                        mlp_in * ffn / tp, jnp.asarray(h)))
+      dense.append(Gemm(2.0 * t_loc * count * p / (mlp_in + 1) / tp, t_loc, jnp.asarray(h),
+                        ffn / tp))
+  if lm_head:
+    head = float(model.matmul_params_per_token - model.layer_params(active=True))
+    dense.append(Gemm(2.0 * t_loc * head / tp, t_loc, model.vocab / tp,
+                      jnp.asarray(float(model.token_embed_dim))))
+  experts = []
+  if model.is_moe and model.n_moe_layers:
+    m_e = expert_rows(model, t_loc, tp, ep, etp) / touched
+    p = float(model.top_k * model.expert_params())
+    f = float(model.expert_ffn_hidden)
+    experts.append(Gemm(2.0 * t_loc * moe_l * p * mlp_in / (mlp_in + 1) / tp, m_e,
+                        mlp_in * f / etp, jnp.asarray(h)))
+    experts.append(Gemm(2.0 * t_loc * moe_l * p / (mlp_in + 1) / tp, m_e, jnp.asarray(h),
+                        f / etp))
+  return tuple(dense), tuple(experts)
+
+
 def forward_work(model: ModelSpec, tokens, context, tp=1.0, pp=1.0, cp=1.0, ep=1.0,
                  param_bytes: float = 2.0, act_bytes: float = 2.0,
                  lm_head: bool = True, sequence_parallel: bool = True,
-                 flash_attention: bool = True) -> ForwardWork:
+                 flash_attention: bool = True, etp=1.0) -> ForwardWork:
   """Forward work on one GPU for ``tokens`` tokens of its DP rank.
 
   Args:
@@ -80,6 +184,7 @@ def forward_work(model: ModelSpec, tokens, context, tp=1.0, pp=1.0, cp=1.0, ep=1
       full score matrix is computed (twice the causal work) and its softmax
       and dropout go through HBM.
     tp, pp, cp, ep: Parallel degrees (reals allowed).
+    etp: Expert-TP degree with EP (ignored without EP: experts follow TP).
     param_bytes: Bytes per weight.
     act_bytes: Bytes per activation element.
     lm_head: Whether the LM head (logits) is computed.
@@ -109,8 +214,9 @@ def forward_work(model: ModelSpec, tokens, context, tp=1.0, pp=1.0, cp=1.0, ep=1
                   - model.n_moe_layers * model.top_k * model.expert_params())
   expert_w = float(model.expert_params_total)
   touched = experts_touched_fraction(model, tokens * ep)
-  weight_bytes = param_bytes * (dense_w / (tp * pp) + touched * expert_w / (tp * pp * ep)
-                                + head / tp)
+  etp = effective_etp(tp, ep, etp)
+  expert_bytes = param_bytes * touched * expert_w / (etp * pp * ep)
+  weight_bytes = param_bytes * (dense_w / (tp * pp) + head / tp) + expert_bytes
   # Element-wise kernels (norms, residuals, dropout, bias, activation; the
   # unfused softmax): ~16 h elements per token per layer read or written, plus
   # 2-3 passes over the MLP intermediate, plus 6 passes over the scores.
@@ -118,22 +224,38 @@ def forward_work(model: ModelSpec, tokens, context, tp=1.0, pp=1.0, cp=1.0, ep=1
       model.top_k * model.expert_ffn_hidden + model.shared_ffn_hidden)) / model.n_layers
   norm_split = tp if sequence_parallel else 1.0
   per_token = 16.0 * h / norm_split + (3.0 if model.gated_mlp else 2.0) * ffn_active / tp
+  # MoE layers permute the routed copies into expert order and back
+  # (dispatch and combine): read and write k h elements each way.
+  per_token = per_token + moe_share * 4.0 * model.top_k * h / norm_split
   if not flash_attention:
     per_token = per_token + 6.0 * model.n_heads / tp * score_ctx
   act = act_bytes * t_loc * layers_per_stage * per_token
   act = act + (act_bytes * 2.0 * t_loc * model.vocab / tp if lm_head else 0.0)
   tp_bytes = act_bytes * t_loc * h
-  tp_coll = jnp.where(tp > 1.0, 2.0 * layers_per_stage, 0.0)
-  ep_bytes = act_bytes * t_loc * model.top_k * h if model.is_moe else jnp.zeros(())
-  ep_coll = jnp.where(ep > 1.0, 2.0 * layers_per_stage * moe_share, 0.0)
+  # Two TP all-reduces per layer (attention, MLP); an MoE layer under EP
+  # replaces the MLP's by the all-to-alls (and, with ETP > 1, an all-reduce
+  # of the routed copies inside the expert-TP group).
+  moe_ep = jnp.where(ep > 1.0, layers_per_stage * moe_share, 0.0)
+  tp_coll = jnp.where(tp > 1.0, 2.0 * layers_per_stage - moe_ep, 0.0)
+  # All-to-all: each rank sends its tokens' routed copies (SP-split over TP).
+  unique = t_loc / tp if sequence_parallel else t_loc
+  ep_bytes = act_bytes * unique * model.top_k * h if model.is_moe else jnp.zeros(())
+  ep_coll = 2.0 * moe_ep
+  # Expert-TP: the routed copies this GPU's experts hold, reduced over ETP.
+  etp_bytes = act_bytes * expert_rows(model, t_loc, tp, ep, etp) * max(model.n_experts, 1) / ep * h
+  etp_coll = jnp.where(etp > 1.0, moe_ep, 0.0)
   kv_width = (model.kv_lora_rank + model.qk_rope_head_dim) if model.is_mla else (
       2 * model.n_kv_heads * model.head_dim)
   cp_bytes = act_bytes * t_loc * kv_width / jnp.minimum(tp, float(max(model.n_kv_heads, 1)))
   mats = (4 if not model.is_mla else 6) + (3 if model.gated_mlp else 2)
   n_gemms = layers_per_stage * mats + (1.0 if lm_head else 0.0)
+  dense_g, expert_g = _gemms(model, t_loc, tp, pp, etp, ep, lm_head, touched)
+  n_expert = 2.0 * model.n_moe_layers / pp
   return ForwardWork(matmul, attn, weight_bytes, act, tp_bytes, tp_coll, ep_bytes,
                      ep_coll, cp_bytes, jnp.asarray(n_gemms, float),
-                     jnp.asarray(layers_per_stage, float), t_loc)
+                     jnp.asarray(layers_per_stage, float), t_loc, dense_g, expert_g,
+                     expert_bytes, jnp.asarray(n_expert, float), etp_bytes, etp_coll, etp,
+                     jnp.asarray(model.n_moe_layers / pp, float), model.top_k)
 
 
 def activation_bytes_per_layer(model: ModelSpec, seq, micro_batch, tp, cp, recompute,

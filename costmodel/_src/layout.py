@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 from costmodel._src import pytree
+from costmodel._src.precision import Precision
 
 RECOMPUTE = {"none": 0, "selective": 1, "full": 2}
 SYNC_BACKENDS = ("per_tensor", "bucketed", "reshard", "ipc")
@@ -39,8 +40,7 @@ class Parallel:
 
   The data-parallel degree is what is left of the pool:
   ``dp = pool_gpus / (tp * pp * cp)``. Expert parallelism folds into the
-  other ranks (Megatron with expert-TP 1), so ``ep`` must divide
-  ``tp * dp * cp``.
+  other ranks, so ``ep * etp`` must divide ``tp * dp * cp``.
 
   Attributes:
     tp: Tensor-parallel degree.
@@ -60,9 +60,20 @@ class Parallel:
       ``param_offload`` / ``grad_offload``, OpenRLHF's
       ``--deepspeed_enable_sleep``): host-link time in the switch, HBM freed
       for the KV cache, the optimizer still on the GPU.
-    vpp: Interleaved pipeline chunks per GPU (1 = plain 1F1B).
+    vpp: Interleaved pipeline chunks per GPU (1 = plain 1F1B; Megatron's
+      virtual pipeline size): the bubble is ``(pp - 1) / (vpp m)`` stage
+      passes, hand-offs ``vpp`` times as many. An integer >= 1, and > 1 only
+      with ``pp > 1``.
     sequence_parallel: Megatron SP with TP (static).
     flash_attention: FlashAttention-style attention core (static).
+    etp: Expert-tensor-parallel degree with EP (Megatron's
+      ``expert_tensor_parallel_size``): 1 keeps each expert whole on its
+      rank; veRL's Megatron default sets it to ``tp``. Without EP the
+      experts follow TP.
+    ep_overlap: Share of the expert all-to-all hidden behind compute, in
+      [0, 1] (Megatron's ``--overlap-moe-expert-parallel-comm``,
+      DualPipe-style schedules); never more than the pass's compute.
+    precision: Formats of weights, GEMMs and KV (static; :class:`Precision`).
   """
 
   tp: jax.Array | float = 1.0
@@ -77,6 +88,10 @@ class Parallel:
   swap: jax.Array | float = 0.0
   sequence_parallel: bool = pytree.static_field(default=True)
   flash_attention: bool = pytree.static_field(default=True)
+  # ----- MoE and precision ------------------------------------------------
+  etp: jax.Array | float = 1.0
+  ep_overlap: jax.Array | float = 0.0
+  precision: Precision = pytree.static_field(default=Precision())
 
   def __post_init__(self):
     rc = self.recompute
@@ -85,7 +100,8 @@ class Parallel:
         raise ValueError(f"Parallel: recompute={rc!r} is not one of {tuple(RECOMPUTE)}")
       object.__setattr__(self, "recompute", float(RECOMPUTE[rc]))
     _check_degrees("Parallel", tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep,
-                   vpp=self.vpp)
+                   vpp=self.vpp, etp=self.etp)
+    _check_moe_precision(self)
     pytree.check_positive("Parallel", micro_batch=self.micro_batch)
     for name, allowed in (("zero_stage", (0, 1, 2, 3)), ("recompute", (0, 1, 2)),
                           ("offload", (0, 1)), ("swap", (0, 1))):
@@ -102,6 +118,24 @@ class Parallel:
 
   def replace(self, **changes) -> Parallel:
     return dataclasses.replace(self, **changes)
+
+
+def _check_moe_precision(layout: Parallel) -> None:
+  """vpp an integer, > 1 only with pp > 1; ep_overlap in [0, 1]; a Precision."""
+  vpp, pp = layout.vpp, layout.pp
+  if pytree.is_concrete(vpp):
+    a = np.asarray(vpp, dtype=float)
+    if np.any(a != np.round(a)):
+      raise ValueError(f"Parallel: vpp={vpp!r} must be an integer")
+    if pytree.is_concrete(pp) and np.any((a > 1) & (np.asarray(pp, dtype=float) <= 1)):
+      raise ValueError(f"Parallel: vpp={vpp!r} > 1 needs pp > 1 (pp={pp!r})")
+  ov = layout.ep_overlap
+  if pytree.is_concrete(ov):
+    a = np.asarray(ov, dtype=float)
+    if not np.all(np.isfinite(a)) or np.any(a < 0) or np.any(a > 1):
+      raise ValueError(f"Parallel: ep_overlap={ov!r} must lie in [0, 1]")
+  if not isinstance(layout.precision, Precision):
+    raise ValueError(f"Parallel: precision={layout.precision!r} must be a Precision")
 
 
 @pytree.pytree_dataclass
@@ -137,6 +171,13 @@ class Engine:
       NeMo-RL's ``refit_transport=nccl_reshard``, disaggregated only) or
       ``ipc`` (colocated only: CUDA IPC handles of the gathered shard in
       buckets, NeMo-RL's colocated refit).
+    dp_attention: Data-parallel attention (SGLang and vLLM
+      ``--enable-dp-attention``; static): each of the engine's ``tp`` GPUs
+      runs attention for its own sequences with whole attention weights and
+      holds their KV once, while the experts shard over all ``tp`` GPUs with
+      all-to-all (wide EP when ``tp`` spans nodes). For MLA, whose latent KV
+      TP would replicate, concurrency grows about ``tp``-fold.
+    precision: Formats of weights, GEMMs and KV (static; :class:`Precision`).
   """
 
   tp: jax.Array | float = 1.0
@@ -147,9 +188,14 @@ class Engine:
   prefix_caching: bool = pytree.static_field(default=True)
   cuda_graphs: bool = pytree.static_field(default=True)
   sync_backend: str = pytree.static_field(default="per_tensor")
+  # ----- MoE and precision ------------------------------------------------
+  dp_attention: bool = pytree.static_field(default=False)
+  precision: Precision = pytree.static_field(default=Precision())
 
   def __post_init__(self):
     _check_degrees("Engine", tp=self.tp, pp=self.pp, ep=self.ep, max_seqs=self.max_seqs)
+    if not isinstance(self.precision, Precision):
+      raise ValueError(f"Engine: precision={self.precision!r} must be a Precision")
     pytree.check_fraction("Engine", memory_fraction=self.memory_fraction)
     if self.sync_backend not in SYNC_BACKENDS:
       raise ValueError(f"Engine: sync_backend={self.sync_backend!r} is not one of "

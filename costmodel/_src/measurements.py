@@ -95,6 +95,7 @@ _STEP_KEYS: tuple[str, ...] = ("step", "training/global_step", "_step", "Step")
 _TABLE_FILES: dict[str, str] = {
     "rl": "published_rl.csv",
     "training_inference": "published_training_inference.csv",
+    "moe_fp8": "published_moe_fp8.csv",
 }
 
 _TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -113,6 +114,10 @@ _TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
         "global_batch", "micro_batch", "model_dims", "metric", "value",
         "unit", "derived", "source", "notes",
     ),
+    "moe_fp8": (
+        "id", "category", "workload", "hardware", "n_gpus", "precision", "parallel",
+        "batch_seq", "metric", "value", "unit", "source", "notes",
+    ),
 }  # fmt: skip
 
 
@@ -129,9 +134,10 @@ def published_table(name: str) -> list[dict[str, str]]:
     cell), because several columns mix numbers and prose.
 
     Args:
-      name: ``"rl"`` (RL post-training step times and stage breakdowns) or
+      name: ``"rl"`` (RL post-training step times and stage breakdowns),
         ``"training_inference"`` (pre-training, kernel, collective and
-        inference figures).
+        inference figures) or ``"moe_fp8"`` (MoE and FP8 kernels, training
+        and serving).
 
     Returns:
       One dict per row, mapping column name to cell text, in file order.

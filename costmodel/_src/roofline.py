@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from costmodel._src import efficiency as eff_lib
+from costmodel._src import precision as precision_lib
 from costmodel._src import smooth
 from costmodel._src.hardware import Hardware
 
@@ -31,8 +32,8 @@ class RooflineTime(NamedTuple):
 
 
 def compute_time(flops, rows, hw: Hardware, eff: eff_lib.Efficiency,
-                 peak_scale=1.0) -> jax.Array:
-  """Time of GEMMs totalling ``flops`` whose activation operand has ``rows`` rows.
+                 peak_scale=1.0, n=None, k=None, dtype: str = "bf16") -> jax.Array:
+  """Time of GEMMs totalling ``flops`` of shape ``rows`` x ``n`` x ``k``.
 
   Args:
     flops: Total floating-point operations.
@@ -40,11 +41,15 @@ def compute_time(flops, rows, hw: Hardware, eff: eff_lib.Efficiency,
     hw: The accelerator.
     eff: Efficiency parameters.
     peak_scale: Multiplier on the peak (e.g. attention efficiency).
+    n, k: Output width and reduction depth (None: wide).
+    dtype: GEMM input format (``bf16``, ``fp8``, ``fp4``): its own peak and
+      plateau (:mod:`precision`).
   """
-  peak = hw.peak_flops_per_s * peak_scale
-  e = eff_lib.saturating_efficiency(rows, hw.matmul_efficiency_max,
-                                    eff.matmul_half_rows, eff.matmul_exponent)
-  return flops / (peak * e)
+  peak_d = precision_lib.peak_flops(hw, dtype)
+  speedup = peak_d / hw.peak_flops_per_s
+  e = eff_lib.gemm_efficiency(rows, hw.matmul_efficiency_max * precision_lib.plateau(eff, dtype),
+                              eff, n=n, k=k, speedup=speedup)
+  return flops / (peak_d * peak_scale * e)
 
 
 def memory_time(nbytes, hw: Hardware, eff: eff_lib.Efficiency, n_ops=1.0) -> jax.Array:
@@ -63,11 +68,15 @@ def memory_time(nbytes, hw: Hardware, eff: eff_lib.Efficiency, n_ops=1.0) -> jax
 
 
 def roofline(flops, nbytes, rows, hw: Hardware, eff: eff_lib.Efficiency, n_ops=1.0,
-             tau=0.0, peak_scale=1.0) -> RooflineTime:
+             tau=0.0, peak_scale=1.0, n=None, k=None, dtype: str = "bf16",
+             compute_s=None) -> RooflineTime:
   """Roofline time of ``n_ops`` GEMM-like operations with ``rows`` rows each.
 
   ``flops`` and ``nbytes`` are totals over the ``n_ops`` operations; the
-  memory efficiency depends on the bytes each one moves.
+  memory efficiency depends on the bytes each one moves. ``n``, ``k`` and
+  ``dtype`` set the GEMM shape and format (:func:`compute_time`);
+  ``compute_s``, when given, is the compute time already summed over GEMMs
+  of several shapes (``flops`` and ``rows`` are then ignored).
 
   Returns:
     A :class:`RooflineTime` whose ``compute_s + memory_s == time_s``; the split
@@ -76,7 +85,8 @@ def roofline(flops, nbytes, rows, hw: Hardware, eff: eff_lib.Efficiency, n_ops=1
   Example:
     >>> t = roofline(2 * 4096**3, 3 * 2 * 4096**2, 4096, hw.get("H100"), Efficiency())
   """
-  t_c = compute_time(flops, rows, hw, eff, peak_scale)
+  t_c = (compute_time(flops, rows, hw, eff, peak_scale, n=n, k=k, dtype=dtype)
+         if compute_s is None else compute_s)
   t_m = memory_time(nbytes, hw, eff, n_ops)
   t = smooth.smax(t_c, t_m, tau)
   w = jax.nn.sigmoid(8.0 * (smooth.safe_log(t_c) - smooth.safe_log(t_m)))

@@ -8,7 +8,9 @@ import jax
 import jax.numpy as jnp
 
 from costmodel._src import collectives
+from costmodel._src import moe as moe_lib
 from costmodel._src import roofline
+from costmodel._src import smooth
 from costmodel._src.cluster import Cluster
 from costmodel._src.efficiency import Efficiency
 from costmodel._src.layers import ForwardWork
@@ -81,13 +83,73 @@ class PassTime(NamedTuple):
   comm_s: jax.Array
 
 
+def gemm_roofline(work: ForwardWork, hw, eff: Efficiency, flop_multiplier=1.0, tau=0.0,
+                  peak_scale=1.0, dtype: str = "bf16", extra_compute_s=0.0,
+                  extra_bytes=0.0, imbalance=None) -> roofline.RooflineTime:
+  """Roofline time of a pass's weight GEMMs, dense and routed experts apart.
+
+  Each GEMM shape is timed at its own M, N and K
+  (:func:`efficiency.gemm_efficiency`): the dense GEMMs against the dense
+  weight reads (plus ``extra_compute_s`` and ``extra_bytes``, e.g. attention
+  and KV reads in decode), the grouped expert GEMMs at the tokens per expert
+  against the touched experts' weights. The busiest expert rank sets the
+  pace: expert compute is scaled by ``Efficiency.moe_imbalance``.
+
+  Args:
+    work: Forward work of the GPU.
+    flop_multiplier: FLOPs (and weight passes) relative to one forward.
+    dtype: GEMM input format (:mod:`precision`).
+    imbalance: Override of the expert-load factor (default the parameter).
+  """
+  dense_c = sum(roofline.compute_time(g.flops * flop_multiplier, g.rows, hw, eff, peak_scale,
+                                      n=g.n, k=g.k, dtype=dtype) for g in work.dense_gemms)
+  dense_b = (work.weight_bytes - work.expert_weight_bytes) * flop_multiplier + extra_bytes
+  dense = roofline.roofline(None, dense_b, None, hw, eff,
+                            n_ops=(work.n_gemms - work.n_expert_gemms) * flop_multiplier,
+                            tau=tau, compute_s=dense_c + extra_compute_s)
+  if not work.expert_gemms:
+    return dense
+  imb = eff.moe_imbalance if imbalance is None else imbalance
+  exp_c = imb * sum(roofline.compute_time(g.flops * flop_multiplier, g.rows, hw, eff,
+                                          peak_scale, n=g.n, k=g.k, dtype=dtype)
+                    for g in work.expert_gemms)
+  exp = roofline.roofline(None, work.expert_weight_bytes * flop_multiplier, None, hw, eff,
+                          n_ops=jnp.maximum(work.n_expert_gemms, 1.0) * flop_multiplier,
+                          tau=tau, compute_s=exp_c)
+  return roofline.RooflineTime(*(a + b for a, b in zip(dense, exp, strict=True)))
+
+
+def ep_time(work: ForwardWork, cluster: Cluster, eff: Efficiency, ep, tau,
+            collective_multiplier=1.0):
+  """Expert dispatch + combine and the expert-TP reduction of a pass.
+
+  Hierarchical when the EP group spans scale-up domains
+  (:func:`moe.exchange_time`: one copy per remote domain); the busiest rank
+  receives ``moe_imbalance`` times the mean.
+  """
+  if not work.expert_gemms:
+    return jnp.zeros(())
+  hw = cluster.accelerator
+  domain = cluster.scaleup_domain
+  token_bytes = work.ep_bytes / max(work.top_k, 1) * eff.moe_imbalance
+  a2a = work.ep_collectives * collective_multiplier * moe_lib.exchange_time(
+      token_bytes, work.top_k, ep, domain, hw, eff, tau)
+  etp_s = work.etp_collectives * collective_multiplier * collectives.collective_time(
+      "all_reduce", work.etp_bytes, work.etp, domain, hw, eff, tau)
+  return a2a + etp_s
+
+
 def pass_time(work: ForwardWork, flop_multiplier, cluster: Cluster, eff: Efficiency,
               tp, cp, ep, tau, collective_multiplier=1.0,
-              compute_efficiency=1.0) -> PassTime:
+              compute_efficiency=1.0, dtype: str = "bf16", ep_overlap=0.0) -> PassTime:
   """Time of a (forward, or forward+backward) pass from its :class:`ForwardWork`.
 
-  GEMMs and attention follow the roofline; TP all-reduces, EP all-to-alls and
-  the CP ring are added, the CP ring overlapping the attention core.
+  GEMMs and attention follow the roofline (:func:`gemm_roofline`); TP
+  all-reduces, EP all-to-alls and the CP ring are added, the CP ring
+  overlapping the attention core. A share ``ep_overlap`` of the all-to-all
+  hides behind the pass's compute (Megatron's
+  ``--overlap-moe-expert-parallel-comm``, DualPipe-style), never more than
+  the compute there is to hide it.
 
   Args:
     work: Forward work of the GPU.
@@ -96,12 +158,11 @@ def pass_time(work: ForwardWork, flop_multiplier, cluster: Cluster, eff: Efficie
     collective_multiplier: Collectives relative to one forward (2 for
       fwd+bwd, 3 with full recompute).
     compute_efficiency: Extra multiplier on achieved FLOP/s.
+    dtype: GEMM input format (:mod:`precision`).
+    ep_overlap: Share of the expert all-to-all hidden behind compute.
   """
   hw = cluster.accelerator
-  mm = roofline.roofline(work.matmul_flops * flop_multiplier,
-                         work.weight_bytes * flop_multiplier,
-                         work.rows, hw, eff, n_ops=work.n_gemms * flop_multiplier, tau=tau,
-                         peak_scale=compute_efficiency)
+  mm = gemm_roofline(work, hw, eff, flop_multiplier, tau, compute_efficiency, dtype)
   # Element-wise kernels run between the GEMMs: memory bound, not overlapped.
   elem_s = roofline.memory_time(work.activation_bytes * flop_multiplier, hw, eff,
                                 n_ops=work.n_gemms * flop_multiplier)
@@ -110,12 +171,16 @@ def pass_time(work: ForwardWork, flop_multiplier, cluster: Cluster, eff: Efficie
   domain = cluster.scaleup_domain
   tp_s = work.tp_collectives * collective_multiplier * collectives.collective_time(
       "all_reduce", work.tp_bytes, tp, domain, hw, eff, tau)
-  ep_s = work.ep_collectives * collective_multiplier * collectives.collective_time(
-      "all_to_all", work.ep_bytes, ep, domain, hw, eff, tau)
+  ep_s = ep_time(work, cluster, eff, ep, tau, collective_multiplier)
+  # Router, token sort and dispatcher bookkeeping: a fixed cost per MoE layer
+  # per pass (forward, backward, recompute).
+  moe_fixed = work.moe_layers * collective_multiplier * eff.moe_layer_overhead_s
+  compute = mm.compute_s + attn_s + moe_fixed
+  ep_exposed = ep_s - smooth.smin(jnp.asarray(ep_overlap, float) * ep_s, compute, tau)
   # CP ring: (cp - 1) hops of the local KV chunk per layer, hidden behind the
   # attention core where it is longer.
   link = hw.scaleup_bandwidth_bytes_per_s * hw.scaleup_efficiency * eff.link_efficiency
   ring = work.layers * collective_multiplier * collectives.flat_time(
       "p2p", work.cp_bytes, 2.0, link, hw.scaleup_latency_s) * (jnp.asarray(cp, float) - 1.0)
   cp_exposed = jnp.maximum(ring - attn_s, 0.0)
-  return PassTime(mm.compute_s + attn_s, mm.memory_s + elem_s, tp_s + ep_s + cp_exposed)
+  return PassTime(compute, mm.memory_s + elem_s, tp_s + ep_exposed + cp_exposed)

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 from costmodel._src import collectives
 from costmodel._src import layers
 from costmodel._src import layout as layout_lib
+from costmodel._src import precision as precision_lib
 from costmodel._src import roofline
 from costmodel._src import smooth
 from costmodel._src.cluster import Cluster
@@ -52,18 +53,41 @@ WORKSPACE_BYTES = 2.0 * 2**30  # activations, CUDA graphs, sampler buffers
 
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, engine: Engine, kv_bytes: float):
-  """KV bytes one GPU of an engine stores per token.
+  """KV bytes one GPU of an engine stores per token the engine holds.
 
   GQA heads split over TP while ``n_kv_heads >= tp`` and are replicated past
-  it; MLA's compressed latent is replicated on every TP rank.
+  it; MLA's compressed latent is replicated on every TP rank. With
+  DP-attention each GPU holds only its own sequences' KV: the engine's
+  tokens spread over its ``tp`` GPUs.
   """
+  if engine.dp_attention:
+    return model.kv_bytes_per_token(kv_bytes) / (engine.tp * engine.pp)
   kv_tp = 1.0 if model.is_mla else smooth.smin(engine.tp, float(model.n_kv_heads))
   return model.kv_bytes_per_token(kv_bytes) / (kv_tp * engine.pp)
 
 
 def engine_weight_bytes(model: ModelSpec, engine: Engine, param_bytes: float):
-  """Weight bytes per GPU of one engine."""
+  """Weight bytes per GPU of one engine (DP-attention: all but the experts whole)."""
+  if engine.dp_attention:
+    expert = float(model.expert_params_total)
+    dense = float(model.total_params) - expert
+    return (dense + expert / engine.tp) * param_bytes / engine.pp
   return float(model.total_params) * param_bytes / (engine.tp * engine.pp)
+
+
+def engine_bytes(job: RLJob, engine: Engine):
+  """Bytes per weight and per KV element of the engine (its :class:`Precision`)."""
+  return (precision_lib.weight_bytes(engine.precision, job.param_bytes),
+          precision_lib.kv_bytes(engine.precision, job.kv_bytes))
+
+
+def _engine_work(model, engine, tokens, ctx, param_bytes, lm_head, pp):
+  """Forward work of one engine GPU: TP-split, or DP-attention with wide EP."""
+  if engine.dp_attention:
+    return layers.forward_work(model, tokens / engine.tp, ctx, tp=1.0, pp=pp, ep=engine.tp,
+                               param_bytes=param_bytes, lm_head=lm_head), engine.tp
+  return layers.forward_work(model, tokens, ctx, tp=engine.tp, pp=pp, ep=engine.ep,
+                             param_bytes=param_bytes, lm_head=lm_head), engine.ep
 
 
 def decode_round(model, job, engine, cluster, eff, batch, ctx, tau=0.0):
@@ -76,19 +100,16 @@ def decode_round(model, job, engine, cluster, eff, batch, ctx, tau=0.0):
   hw = cluster.accelerator
   tp, pp = engine.tp, engine.pp
   mb = batch / pp
-  w = layers.forward_work(model, mb, ctx, tp=tp, pp=pp, ep=engine.ep,
-                          param_bytes=job.param_bytes, lm_head=True)
-  kv_read = mb * ctx * kv_bytes_per_token_per_gpu(model, engine, job.kv_bytes)
-  rf = roofline.roofline(w.matmul_flops + w.attention_flops,
-                         w.weight_bytes + kv_read + w.activation_bytes, w.rows, hw, eff,
-                         n_ops=w.n_gemms, tau=tau)
+  param_bytes, kv_b = engine_bytes(job, engine)
+  w, ep = _engine_work(model, engine, mb, ctx, param_bytes, True, pp)
+  kv_read = mb * ctx * kv_bytes_per_token_per_gpu(model, engine, kv_b)
+  attn_s = roofline.compute_time(w.attention_flops, w.rows, hw, eff)
+  rf = common.gemm_roofline(w, hw, eff, 1.0, tau, dtype=engine.precision.compute,
+                            extra_compute_s=attn_s, extra_bytes=kv_read + w.activation_bytes)
   domain = cluster.scaleup_domain
-  moe_ep = engine.ep > 1.0
-  tp_coll = w.tp_collectives * jnp.where(moe_ep, 1.0 - 0.5 * model.n_moe_layers / model.n_layers,
-                                         1.0)
-  comm = tp_coll * collectives.collective_time("all_reduce", w.tp_bytes, tp, domain, hw, eff, tau)
-  comm = comm + w.ep_collectives * collectives.collective_time(
-      "all_to_all", w.ep_bytes, engine.ep, domain, hw, eff, tau)
+  comm = w.tp_collectives * collectives.collective_time("all_reduce", w.tp_bytes, tp, domain,
+                                                        hw, eff, tau)
+  comm = comm + common.ep_time(w, cluster, eff, ep, tau)
   handoff = collectives.collective_time("p2p", w.tp_bytes, jnp.where(pp > 1, 2.0, 1.0),
                                         jnp.where(tp * pp > domain, 1.0, 2.0), hw, eff)
   comm = comm + (pp - 1.0) / pp * handoff
@@ -139,17 +160,19 @@ def prefill(model, job, engine, cluster, eff, tokens, prompt, tau=0.0):
   Chunked prefill in chunks of 8,192 tokens; causal attention over the prompt.
 
   Returns:
-    (RooflineTime of the GEMMs and attention, TP communication seconds).
+    (RooflineTime of the GEMMs and attention, TP and EP communication seconds).
   """
   hw = cluster.accelerator
-  pw = layers.forward_work(model, tokens, 0.5 * prompt, tp=engine.tp, pp=1.0,
-                           ep=engine.ep, param_bytes=job.param_bytes, lm_head=False)
+  param_bytes, _ = engine_bytes(job, engine)
   chunks = jnp.maximum(tokens / 8192.0, 1.0)
-  pr = roofline.roofline(pw.matmul_flops + pw.attention_flops,
-                         pw.weight_bytes * chunks + pw.activation_bytes,
-                         tokens / chunks, hw, eff, n_ops=pw.n_gemms * chunks, tau=tau)
+  pw, ep = _engine_work(model, engine, tokens / chunks, 0.5 * prompt, param_bytes, False, 1.0)
+  attn_s = roofline.compute_time(pw.attention_flops, pw.rows, hw, eff)
+  pr = common.gemm_roofline(pw, hw, eff, 1.0, tau, dtype=engine.precision.compute,
+                            extra_compute_s=attn_s, extra_bytes=pw.activation_bytes)
+  pr = roofline.RooflineTime(*(chunks * x for x in pr))
   comm = pw.tp_collectives * collectives.collective_time(
       "all_reduce", pw.tp_bytes, engine.tp, cluster.scaleup_domain, hw, eff, tau)
+  comm = chunks * (comm + common.ep_time(pw, cluster, eff, ep, tau))
   return pr, comm
 
 
@@ -191,8 +214,9 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
   prompt = jnp.asarray(job.prompt_len, float)
 
   # Memory and concurrency.
-  weights = engine_weight_bytes(model, engine, job.param_bytes)
-  kv_tok = kv_bytes_per_token_per_gpu(model, engine, job.kv_bytes)
+  param_b, kv_b = engine_bytes(job, engine)
+  weights = engine_weight_bytes(model, engine, param_b)
+  kv_tok = kv_bytes_per_token_per_gpu(model, engine, kv_b)
   if engine.memory_fraction is None:  # outside a plan: assume a shared pool
     engine = layout_lib.resolve_memory_fraction(engine, shared=True)
   limit = engine.memory_fraction * hw.hbm_bytes
@@ -245,7 +269,7 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
   fwd_flops = model.forward_flops_per_token(ctx_running)
   total_flops = n_seq * (mean_resp * fwd_flops + prompt * model.forward_flops_per_token(
       0.5 * prompt))
-  kv_stream = n_seq * mean_resp * ctx_running * model.kv_bytes_per_token(job.kv_bytes)
+  kv_stream = n_seq * mean_resp * ctx_running * model.kv_bytes_per_token(kv_b)
   work = smooth.smax(total_flops / (hw.peak_flops_per_s * hw.matmul_efficiency_max),
                      kv_stream / (hw.hbm_bandwidth_bytes_per_s * hw.hbm_efficiency_max), tau)
   one = decode_round(model, job, engine, cluster, eff, jnp.ones(()), prompt + 0.5 * max_resp, tau)

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 from costmodel._src import collectives
 from costmodel._src import layers
+from costmodel._src import precision as precision_lib
 from costmodel._src import smooth
 from costmodel._src.cluster import Cluster
 from costmodel._src.efficiency import Efficiency
@@ -59,15 +60,15 @@ def batch_transfer_s(job: RLJob, eff: Efficiency, samples=None):
 def weight_shard(model: ModelSpec, layout: Parallel, dp):
   """Parameters per GPU before ZeRO sharding.
 
-  Dense weights split over TP x PP. Experts: with EP > 1 Megatron's
-  expert-TP of 1 (each expert whole on its rank, EP ranks drawn from the TP,
-  DP and CP ranks), so ``experts / (pp * ep)``; with EP = 1 the experts are
-  TP-split like the rest.
+  Dense weights split over TP x PP. Experts: with EP > 1 split over
+  ``ep * etp`` ranks (``etp = 1``: each expert whole on its rank, EP ranks
+  drawn from the TP, DP and CP ranks), so ``experts / (pp * ep * etp)``;
+  with EP = 1 the experts are TP-split like the rest.
   """
   del dp
   expert = float(model.expert_params_total)
   dense = float(model.total_params) - expert
-  etp = jnp.where(jnp.asarray(layout.ep) > 1.0, 1.0, layout.tp)
+  etp = layers.effective_etp(layout.tp, layout.ep, layout.etp)
   return dense / (layout.tp * layout.pp) + expert / (etp * layout.pp * layout.ep)
 
 
@@ -98,15 +99,17 @@ def infer(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
   m = smooth.ceil(per_rank / layout.micro_batch, tau)  # micro-batches per rank
   mb_seqs = per_rank / m
   ctx = attention_context(job)
+  param_bytes = precision_lib.weight_bytes(layout.precision, job.param_bytes)
   work = layers.forward_work(model, mb_seqs * seq, ctx, tp=layout.tp, pp=layout.pp,
-                             cp=layout.cp, ep=layout.ep, param_bytes=job.param_bytes,
-                             lm_head=lm_head)
-  pt = common.pass_time(work, 1.0, cluster, eff, layout.tp, layout.cp, layout.ep, tau)
+                             cp=layout.cp, ep=layout.ep, param_bytes=param_bytes,
+                             lm_head=lm_head, etp=layout.etp)
+  pt = common.pass_time(work, 1.0, cluster, eff, layout.tp, layout.cp, layout.ep, tau,
+                        dtype=layout.precision.compute, ep_overlap=layout.ep_overlap)
   stage_s = pt.compute_s + pt.memory_s + pt.comm_s
   # ZeRO-3: all-gather the stage's weights once per micro-batch.
   shard = weight_shard(model, layout, dp)
   gather = jnp.where(layout.zero_stage >= 3, collectives.collective_time(
-      "all_gather", shard * job.param_bytes, dp * layout.cp, cluster.scaleup_domain, hw, eff,
+      "all_gather", shard * param_bytes, dp * layout.cp, cluster.scaleup_domain, hw, eff,
       tau), 0.0)
   gather_exposed = gather * (1.0 - eff.dp_overlap)
   compute_s = m * pt.compute_s
@@ -118,7 +121,7 @@ def infer(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
   work_gpu_s = flops / (hw.peak_flops_per_s * hw.matmul_efficiency_max)
   depth_s = layout.pp * stage_s  # one micro-batch through every stage
   # Memory: weights (ZeRO-3 sharded), activations of one micro-batch, logits.
-  weights = shard * job.param_bytes / jnp.where(layout.zero_stage >= 3, dp * layout.cp, 1.0)
+  weights = shard * param_bytes / jnp.where(layout.zero_stage >= 3, dp * layout.cp, 1.0)
   act = 4.0 * mb_seqs * seq_peak / layout.cp * model.hidden * 2.0 / layout.tp
   logits = (mb_seqs * seq_peak / layout.cp * model.vocab * job.logits_bytes / layout.tp
             if lm_head else jnp.zeros(()))

@@ -35,7 +35,8 @@ The engine's ``sync_backend`` sets the bytes moved and the software cost
 * ``ipc``: colocated, the gathered shard handed to the engine by CUDA IPC
   handles in buckets (NeMo-RL's colocated refit).
 
-Every backend pays a fixed overhead too.
+An engine in another format (FP8 weights from a BF16 trainer) converts what
+it receives (:func:`format_conversion_s`). Every backend pays a fixed overhead too.
 
 Switch (colocated pools only): the engine wakes (weights and KV cache back
 into HBM) before generation and sleeps after it; training states that do not
@@ -47,6 +48,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from costmodel._src import collectives
+from costmodel._src import precision as precision_lib
 from costmodel._src import smooth
 from costmodel._src.cluster import Cluster
 from costmodel._src.efficiency import Efficiency
@@ -93,7 +95,8 @@ def weight_sync(model: ModelSpec, job: RLJob, train_layout: Parallel, train_gpus
   engine_shard = total_bytes / (engine.tp * engine.pp)
   move_s = backend_move_s(model, job, train_layout, train_gpus, engine, gen_gpus, colocated,
                           cluster, eff, tau, gen_device)
-  overhead = eff.sync_overhead_s + backend_overhead_s(model, job, engine, eff, colocated)
+  overhead = (eff.sync_overhead_s + backend_overhead_s(model, job, engine, eff, colocated)
+              + format_conversion_s(model, job, engine, hw, eff))
   memory = common.Memory.zeros()._replace(weights=engine_shard)
   work = total_bytes / (hw.scaleout_bandwidth_bytes_per_s if not colocated
                         else hw.scaleup_bandwidth_bytes_per_s)
@@ -164,6 +167,15 @@ def backend_overhead_s(model: ModelSpec, job: RLJob, engine: Engine, eff: Effici
   full = engine.sync_backend == "bucketed" and not colocated
   received = total_bytes if full else total_bytes / (engine.tp * engine.pp)
   return (1.0 + received / eff.sync_bucket_bytes) * eff.sync_per_bucket_s
+def format_conversion_s(model: ModelSpec, job: RLJob, engine: Engine, hw, eff: Efficiency):
+  """Conversion of the received weights to the engine's format (BF16 -> FP8).
+
+  The trainer sends its own format; each engine GPU quantises its shard
+  (:func:`precision.conversion_time_s`). Zero when the formats match.
+  """
+  dst = precision_lib.weight_bytes(engine.precision, job.param_bytes)
+  params = float(model.total_params) / (engine.tp * engine.pp)
+  return precision_lib.conversion_time_s(params, model.n_tensors, job.param_bytes, dst, hw, eff)
 
 
 def switch(model: ModelSpec, job: RLJob, engine: Engine, resident_train_bytes,
@@ -184,7 +196,8 @@ def switch(model: ModelSpec, job: RLJob, engine: Engine, resident_train_bytes,
   """
   hw = cluster.accelerator
   host = hw.host_bandwidth_bytes_per_s * eff.host_efficiency
-  engine_w = float(model.total_params) * job.param_bytes / (engine.tp * engine.pp)
+  engine_w = float(model.total_params) * precision_lib.weight_bytes(
+      engine.precision, job.param_bytes) / (engine.tp * engine.pp)
   # Engine sleep offloads its weights and drops the KV cache; wake reloads.
   moved = 2.0 * engine_w + 2.0 * offload_train_bytes
   comm = moved / host

@@ -33,6 +33,7 @@ import jax.numpy as jnp
 
 from costmodel._src import collectives
 from costmodel._src import layers
+from costmodel._src import precision as precision_lib
 from costmodel._src import roofline
 from costmodel._src import smooth
 from costmodel._src.cluster import Cluster
@@ -68,6 +69,25 @@ def dp_traffic_bytes(params, job: RLJob, zero_stage):
   """
   base = params * job.grad_bytes
   return jnp.where(jnp.asarray(zero_stage) >= 3, 1.5, 1.0) * base
+
+
+def fp8_cast_s(work, flop_multiplier, hw, eff: Efficiency, compute: str):
+  """Per-tensor scaling casts of FP8 training (Transformer Engine style).
+
+  Every GEMM's inputs are cast with an amax pass (:func:`precision.cast_bytes`):
+  in each forward (``flop_multiplier - 2`` of them: 1, or 2 with full
+  recompute) the activations (M x K of each GEMM) and the BF16 weights, in
+  the backward the output gradients (M x N). Zero for BF16 compute.
+  """
+  if compute in ("bf16", "fp16"):
+    return jnp.zeros(())
+  gemms = work.dense_gemms + work.expert_gemms
+  mk = sum(g.flops / (2.0 * g.n) for g in gemms)  # M x K elements, all GEMMs
+  mn = sum(g.flops / (2.0 * g.k) for g in gemms)
+  weights = work.weight_bytes / 2.0  # BF16 weights read: elements
+  elems = (mk + weights) * (flop_multiplier - 2.0) + mn
+  return roofline.memory_time(precision_lib.cast_bytes(elems, compute), hw, eff,
+                              n_ops=work.n_gemms * flop_multiplier)
 
 
 def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cluster,
@@ -117,12 +137,15 @@ def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
   work = layers.forward_work(model, mb * seq, ctx, tp=tp, pp=pp, cp=cp, ep=ep,
                              param_bytes=job.param_bytes, lm_head=lm_head,
                              sequence_parallel=layout.sequence_parallel,
-                             flash_attention=layout.flash_attention)
+                             flash_attention=layout.flash_attention, etp=layout.etp)
   flop_mult = 3.0 + jnp.where(rc >= 2, 1.0, 0.0)
   coll_mult = 2.0 + jnp.where(rc >= 2, 1.0, 0.0)
   pt = common.pass_time(work, flop_mult, cluster, eff, tp, cp, ep, tau,
                         collective_multiplier=coll_mult,
-                        compute_efficiency=eff.train_efficiency)
+                        compute_efficiency=eff.train_efficiency,
+                        dtype=layout.precision.compute, ep_overlap=layout.ep_overlap)
+  pt = pt._replace(memory_s=pt.memory_s + fp8_cast_s(work, flop_mult, hw, eff,
+                                                     layout.precision.compute))
   # Selective recompute re-runs the attention core forward.
   score_bytes = 0.0 if layout.flash_attention else (
       2.0 * mb * seq / cp * work.layers * 6.0 * model.n_heads / tp * seq)

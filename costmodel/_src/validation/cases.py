@@ -20,6 +20,7 @@ import jax.numpy as jnp
 
 from costmodel._src import collectives
 from costmodel._src import hardware as hw_lib
+from costmodel._src import precision as precision_lib
 from costmodel._src import roofline
 from costmodel._src.cluster import Cluster
 from costmodel._src.efficiency import Efficiency
@@ -172,11 +173,19 @@ def memory_cases() -> list[Case]:
   return cases
 
 
+def gemm_rate(hw, m, n, k, eff, dtype="bf16", groups=1):
+  """Achieved TFLOP/s of ``groups`` GEMMs of ``m`` x ``n`` x ``k`` (inputs in
+  ``dtype``, BF16 output), each timed at its own shape."""
+  in_bytes = precision_lib.DTYPE_BYTES[dtype]
+  flops = 2.0 * m * n * k * groups
+  nbytes = groups * (in_bytes * (m * k + k * n) + 2.0 * m * n)
+  t = roofline.roofline(flops, nbytes, float(m), hw, eff, n_ops=float(groups), n=float(n),
+                        k=float(k), dtype=dtype).time_s
+  return flops / t / 1e12
+
+
 def _gemm_rate(hw_name, m, n, k, eff):
-  hw = hw_lib.get(hw_name)
-  flops = 2.0 * m * n * k
-  nbytes = 2.0 * (m * k + k * n + m * n)
-  return flops / roofline.roofline(flops, nbytes, float(m), hw, eff).time_s / 1e12
+  return gemm_rate(hw_lib.get(hw_name), m, n, k, eff)
 
 
 def _gemv_bandwidth(hw_name, m, n, k, eff):
@@ -184,7 +193,8 @@ def _gemv_bandwidth(hw_name, m, n, k, eff):
   flops = 2.0 * m * n * k
   weight = 2.0 * k * n
   nbytes = weight + 2.0 * (m * k + m * n)
-  return weight / roofline.roofline(flops, nbytes, float(m), hw, eff).time_s / 1e9
+  return weight / roofline.roofline(flops, nbytes, float(m), hw, eff, n=float(n),
+                                    k=float(k)).time_s / 1e9
 
 
 def kernel_cases() -> list[Case]:
