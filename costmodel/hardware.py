@@ -5,7 +5,7 @@
 989000000000000.0
 """
 
-from costmodel._src.hardware import get
-from costmodel._src.hardware import names
+from costmodel._src.specs.hardware import get
+from costmodel._src.specs.hardware import names
 
 __all__ = ("get", "names")

@@ -5,8 +5,8 @@
 8030261248
 """
 
-from costmodel._src.model_presets import get
-from costmodel._src.model_presets import names
-from costmodel._src.model_presets import published_params
+from costmodel._src.specs.model_presets import get
+from costmodel._src.specs.model_presets import names
+from costmodel._src.specs.model_presets import published_params
 
 __all__ = ("get", "names", "published_params")

@@ -8,14 +8,14 @@ matplotlib is imported when a function is called; each returns a
 >>> fig.savefig("step.png")
 """
 
-from costmodel._src.plot import error_plot
-from costmodel._src.plot import memory
-from costmodel._src.plot import roofline
-from costmodel._src.plot import scaling
-from costmodel._src.plot import search_trajectory
-from costmodel._src.plot import stage_breakdown
-from costmodel._src.plot import timeline
-from costmodel._src.plot_points import roofline_points
+from costmodel._src.plot.figures import error_plot
+from costmodel._src.plot.figures import memory
+from costmodel._src.plot.figures import roofline
+from costmodel._src.plot.figures import scaling
+from costmodel._src.plot.figures import search_trajectory
+from costmodel._src.plot.figures import stage_breakdown
+from costmodel._src.plot.figures import timeline
+from costmodel._src.plot.points import roofline_points
 
 __all__ = (
     "error_plot",

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from costmodel._src.validation.cases import SKIPPED
-from costmodel._src.validation.cases import Case
-from costmodel._src.validation.report import Row
-from costmodel._src.validation.report import evaluate
-from costmodel._src.validation.report import markdown
-from costmodel._src.validation.report import summary
-from costmodel._src.validation.rl_cases import SKIPPED_RL
-from costmodel._src.validation.rl_cases import inferred_means
-from costmodel._src.validation.rl_cases import runs as rl_runs
-from costmodel._src.validation.sync_cases import SKIPPED_MORE
+from costmodel._src.fit.validation.cases import SKIPPED
+from costmodel._src.fit.validation.cases import Case
+from costmodel._src.fit.validation.report import Row
+from costmodel._src.fit.validation.report import evaluate
+from costmodel._src.fit.validation.report import markdown
+from costmodel._src.fit.validation.report import summary
+from costmodel._src.fit.validation.rl_cases import SKIPPED_RL
+from costmodel._src.fit.validation.rl_cases import inferred_means
+from costmodel._src.fit.validation.rl_cases import runs as rl_runs
+from costmodel._src.fit.validation.sync_cases import SKIPPED_MORE
 
 GROUPS = ("training", "memory", "kernel", "decode", "collective", "moe", "fp8", "rl_step",
           "rl_stage", "rl_sync", "feasibility")
@@ -31,14 +31,14 @@ def cases(groups: Sequence[str] | None = None) -> list[Case]:
   Raises:
     ValueError: for an unknown group (the message lists the known ones).
   """
-  from costmodel._src.validation import cases as base  # pylint: disable=g-import-not-at-top
-  from costmodel._src.validation import rl_cases  # pylint: disable=g-import-not-at-top
-  from costmodel._src.validation import sync_cases  # pylint: disable=g-import-not-at-top
+  from costmodel._src.fit.validation import cases as base  # pylint: disable=g-import-not-at-top
+  from costmodel._src.fit.validation import rl_cases  # pylint: disable=g-import-not-at-top
+  from costmodel._src.fit.validation import sync_cases  # pylint: disable=g-import-not-at-top
   groups = tuple(groups) if groups is not None else GROUPS
   for g in groups:
     if g not in GROUPS:
       raise ValueError(f"group={g!r} is not one of {GROUPS}")
-  from costmodel._src.validation import moe_cases  # pylint: disable=g-import-not-at-top
+  from costmodel._src.fit.validation import moe_cases  # pylint: disable=g-import-not-at-top
   out = [c for c in base.all_cases() + sync_cases.all_more_cases() + moe_cases.all_cases()
          if c.group in groups]
   if {"rl_step", "rl_stage"} & set(groups):

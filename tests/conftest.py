@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import costmodel as cm
-from costmodel._src.model import ModelSpec
+from costmodel._src.specs.model import ModelSpec
 
 # Relative and absolute tolerances keyed by dtype: a few ulps of accumulated
 # rounding through the cost model's chains of products and logs.

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import costmodel as cm
-from costmodel._src import microbench
+from costmodel._src.fit import microbench
 
 
 def _default_plan():

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import json
 
+import golden_cases
 import numpy as np
 import pytest
-
-import golden_cases
 
 GOLDEN = json.loads(golden_cases.GOLDEN.read_text())
 NAMES = sorted(GOLDEN)

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import costmodel as cm
-from costmodel._src import collectives
-from costmodel._src import roofline
+from costmodel._src.ops import collectives
+from costmodel._src.ops import roofline
 
 # ----- a small job, built inside each test so its dtype follows the x64 flag --
 

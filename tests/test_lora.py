@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import costmodel as cm
-from costmodel._src import lora as lora_lib
-from costmodel._src.estimate import MEMORY_PARTS
+from costmodel._src.fit.validation import lora_cases
+from costmodel._src.ops import lora as lora_lib
 from costmodel._src.stages import registry
-from costmodel._src.validation import lora_cases
+from costmodel._src.step.result import MEMORY_PARTS
 
 # Qwen2.5-7B, rank 32 on every linear layer: per layer
 # q (3584 + 3584) + k (3584 + 512) + v (3584 + 512) + o (3584 + 3584)

@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from costmodel._src import measurements
-from costmodel._src.measurements import StageTimes
-from costmodel._src.measurements import published_table
-from costmodel._src.measurements import read_verl_log
-from costmodel._src.measurements import steady_state
+from costmodel._src.fit import measurements
+from costmodel._src.fit.measurements import StageTimes
+from costmodel._src.fit.measurements import published_table
+from costmodel._src.fit.measurements import read_verl_log
+from costmodel._src.fit.measurements import steady_state
 
 
 def _packaged(filename):

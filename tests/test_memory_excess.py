@@ -105,7 +105,7 @@ def test_smooth_with_finite_gradients_at_positive_tau(x64, cluster_2x8):
 
 
 def test_relu_flat_is_exact_at_zero_and_vanishes_where_the_constraint_holds():
-  from costmodel._src import smooth
+  from costmodel._src.ops import smooth
   x = jnp.asarray([-2.0, -1e-3, 0.0, 0.01, 0.05, 0.1, 0.5, 3.0])
   np.testing.assert_array_equal(np.asarray(smooth.relu_flat(x, 1.0, 0.0)),
                                 np.maximum(np.asarray(x), 0.0))

@@ -6,9 +6,9 @@ import jax
 import pytest
 
 from costmodel import models
-from costmodel._src import hf_config
-from costmodel._src import model_presets
-from costmodel._src.model import ModelSpec
+from costmodel._src.specs import hf_config
+from costmodel._src.specs import model_presets
+from costmodel._src.specs.model import ModelSpec
 
 # ----- published parameter counts -------------------------------------------
 

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 import costmodel as cm
-from costmodel._src import efficiency as eff_lib
-from costmodel._src import layers
-from costmodel._src import moe as moe_lib
-from costmodel._src import precision as precision_lib
-from costmodel._src import roofline
-from costmodel._src.model import ModelSpec
+from costmodel._src.ops import efficiency as eff_lib
+from costmodel._src.ops import layers
+from costmodel._src.ops import moe as moe_lib
+from costmodel._src.ops import roofline
+from costmodel._src.specs import precision as precision_lib
+from costmodel._src.specs.model import ModelSpec
 from costmodel._src.stages import common
 from costmodel._src.stages import generate as gen_lib
 from costmodel._src.stages import sync as sync_lib

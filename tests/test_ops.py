@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 import costmodel as cm
-from costmodel._src import collectives
-from costmodel._src import efficiency as eff_lib
-from costmodel._src import layers
-from costmodel._src import roofline
-from costmodel._src import smooth
-from costmodel._src.model import ModelSpec
+from costmodel._src.ops import collectives
+from costmodel._src.ops import efficiency as eff_lib
+from costmodel._src.ops import layers
+from costmodel._src.ops import roofline
+from costmodel._src.ops import smooth
+from costmodel._src.specs.model import ModelSpec
 
 GIB = 2.0**30
 

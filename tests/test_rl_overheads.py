@@ -330,8 +330,8 @@ def test_deeper_queue_never_slows_the_step(h100):
 
 
 def test_partial_generation_keeps_the_tail_a_shallow_queue_cannot_absorb():
-  from costmodel._src import schedule as schedule_lib  # pylint: disable=g-import-not-at-top
   from costmodel._src.stages import common  # pylint: disable=g-import-not-at-top
+  from costmodel._src.step import schedule as schedule_lib  # pylint: disable=g-import-not-at-top
   z = jnp.zeros(())
   gen = common.make_cost(jnp.asarray(100.0), z, z, z, z, z, z, z, common.Memory.zeros(),
                          steady_time_s=jnp.asarray(60.0))

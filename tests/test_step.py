@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import costmodel as cm
-from costmodel._src import algorithms
+from costmodel._src.step import algorithms
 
 GIB = 2.0**30
 

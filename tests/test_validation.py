@@ -104,7 +104,7 @@ def test_megatron_flop_convention_counts_full_recompute():
   # Narayanan et al. eq. (3): 96 B s l h^2 (1 + s / 6h + V / 16 l h), i.e.
   # 4 forward passes (fwd + bwd + recompute) of 24 B s l h^2 each, plus the
   # attention and LM-head terms. GPT-3 175B at batch 1,536: ~4.5e18 FLOP.
-  from costmodel._src.validation import cases as cases_lib  # pylint: disable=g-import-not-at-top
+  from costmodel._src.fit.validation import cases as cases_lib  # pylint: disable=g-import-not-at-top
   b, s, nl, h, v = 1536, 2048, 96, 12288, 51200
   expected = 96.0 * b * s * nl * h**2 * (1 + s / (6 * h) + v / (16 * nl * h))
   assert cases_lib.megatron_flops(b, s, nl, h, v) == pytest.approx(expected, rel=1e-12)

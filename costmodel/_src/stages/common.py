@@ -7,13 +7,13 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from costmodel._src import collectives
-from costmodel._src import moe as moe_lib
-from costmodel._src import roofline
-from costmodel._src import smooth
-from costmodel._src.cluster import Cluster
-from costmodel._src.efficiency import Efficiency
-from costmodel._src.layers import ForwardWork
+from costmodel._src.ops import collectives
+from costmodel._src.ops import moe as moe_lib
+from costmodel._src.ops import roofline
+from costmodel._src.ops import smooth
+from costmodel._src.ops.efficiency import Efficiency
+from costmodel._src.ops.layers import ForwardWork
+from costmodel._src.specs.cluster import Cluster
 
 
 class Memory(NamedTuple):

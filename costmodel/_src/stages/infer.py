@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from costmodel._src import collectives
-from costmodel._src import layers
-from costmodel._src import precision as precision_lib
-from costmodel._src import smooth
-from costmodel._src.cluster import Cluster
-from costmodel._src.efficiency import Efficiency
-from costmodel._src.job import RLJob
-from costmodel._src.layout import Parallel
-from costmodel._src.model import ModelSpec
+from costmodel._src.ops import collectives
+from costmodel._src.ops import layers
+from costmodel._src.ops import smooth
+from costmodel._src.ops.efficiency import Efficiency
+from costmodel._src.specs import precision as precision_lib
+from costmodel._src.specs.cluster import Cluster
+from costmodel._src.specs.job import RLJob
+from costmodel._src.specs.layout import Parallel
+from costmodel._src.specs.model import ModelSpec
 from costmodel._src.stages import common
 
 

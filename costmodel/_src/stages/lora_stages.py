@@ -1,4 +1,4 @@
-"""Stage costs of an actor trained with LoRA (:mod:`costmodel._src.lora`).
+"""Stage costs of an actor trained with LoRA (:mod:`costmodel._src.ops.lora`).
 
 Each function takes the full fine-tuning cost of the same stage (the stage
 module's own function) and replaces the terms LoRA changes:
@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from costmodel._src import collectives
-from costmodel._src import layers
-from costmodel._src import lora as lora_lib
-from costmodel._src import roofline
-from costmodel._src.cluster import Cluster
-from costmodel._src.efficiency import Efficiency
-from costmodel._src.job import RLJob
-from costmodel._src.layout import Parallel
-from costmodel._src.model import ModelSpec
+from costmodel._src.ops import collectives
+from costmodel._src.ops import layers
+from costmodel._src.ops import lora as lora_lib
+from costmodel._src.ops import roofline
+from costmodel._src.ops.efficiency import Efficiency
+from costmodel._src.specs.cluster import Cluster
+from costmodel._src.specs.job import RLJob
+from costmodel._src.specs.layout import Parallel
+from costmodel._src.specs.model import ModelSpec
 from costmodel._src.stages import common
 from costmodel._src.stages import infer as infer_lib
 from costmodel._src.stages import train as train_lib

@@ -1,6 +1,6 @@
 """One cost function per stage kind, behind one interface.
 
-Every stage kind of :mod:`costmodel._src.algorithms` maps to a
+Every stage kind of :mod:`costmodel._src.step.algorithms` maps to a
 :data:`StageFn`::
 
     fn(model, layout, device, job, eff, tau, ctx) -> StageCost
@@ -23,14 +23,13 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from costmodel._src import algorithms as alg
-from costmodel._src import plan as plan_lib
-from costmodel._src.cluster import Cluster
-from costmodel._src.efficiency import Efficiency
-from costmodel._src.hardware import Hardware
-from costmodel._src.job import RLJob
-from costmodel._src.layout import Engine
-from costmodel._src.model import ModelSpec
+from costmodel._src.ops.efficiency import Efficiency
+from costmodel._src.specs import plan as plan_lib
+from costmodel._src.specs.cluster import Cluster
+from costmodel._src.specs.hardware import Hardware
+from costmodel._src.specs.job import RLJob
+from costmodel._src.specs.layout import Engine
+from costmodel._src.specs.model import ModelSpec
 from costmodel._src.stages import agentic
 from costmodel._src.stages import common
 from costmodel._src.stages import generate as gen_lib
@@ -38,6 +37,7 @@ from costmodel._src.stages import infer as infer_lib
 from costmodel._src.stages import lora_stages
 from costmodel._src.stages import sync as sync_lib
 from costmodel._src.stages import train as train_lib
+from costmodel._src.step import algorithms as alg
 
 
 class StageContext(NamedTuple):

@@ -1,0 +1,55 @@
+"""A homogeneous GPU cluster."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from costmodel._src import pytree
+from costmodel._src.specs import hardware as hw
+
+
+@pytree.pytree_dataclass
+class Cluster:
+  """Nodes of identical accelerators.
+
+  Attributes:
+    accelerator: The GPU (a :class:`Hardware`, whose figures are leaves).
+    gpus_per_node: GPUs per node (NICs are per GPU).
+    nodes: Number of nodes.
+    scaleup_domain: GPUs sharing one scale-up (NVLink) domain; defaults to
+      ``gpus_per_node`` (72 on a GB200 NVL72 rack).
+    cpu_cores: CPU cores available for rule-based reward scoring.
+  """
+
+  accelerator: hw.Hardware
+  gpus_per_node: int = pytree.static_field(default=8)
+  nodes: int = pytree.static_field(default=1)
+  scaleup_domain: int = pytree.static_field(default=0)
+  cpu_cores: int = pytree.static_field(default=0)
+
+  def __post_init__(self):
+    if isinstance(self.accelerator, str):
+      object.__setattr__(self, "accelerator", hw.get(self.accelerator))
+    for f in ("gpus_per_node", "nodes"):
+      v = getattr(self, f)
+      if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+        raise ValueError(f"Cluster: {f}={v!r} must be a positive integer")
+    if not isinstance(self.scaleup_domain, int) or self.scaleup_domain < 0:
+      raise ValueError(f"Cluster: scaleup_domain={self.scaleup_domain!r} must be an integer >= 0")
+    if self.scaleup_domain == 0:
+      object.__setattr__(self, "scaleup_domain", self.gpus_per_node)
+    if self.scaleup_domain % self.gpus_per_node and self.gpus_per_node % self.scaleup_domain:
+      raise ValueError(
+          f"Cluster: scaleup_domain={self.scaleup_domain} must divide or be a "
+          f"multiple of gpus_per_node={self.gpus_per_node}")
+    if self.cpu_cores < 0:
+      raise ValueError(f"Cluster: cpu_cores={self.cpu_cores} must be >= 0")
+    if self.cpu_cores == 0:
+      object.__setattr__(self, "cpu_cores", 96 * self.nodes)
+
+  @property
+  def n_gpus(self) -> int:
+    return self.gpus_per_node * self.nodes
+
+  def replace(self, **changes) -> Cluster:
+    return dataclasses.replace(self, **changes)

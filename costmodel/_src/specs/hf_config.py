@@ -1,0 +1,323 @@
+"""Builds a :class:`ModelSpec` from a Hugging Face ``config.json``.
+
+The file is read as plain JSON: no network and no ``transformers``. Key
+spellings and defaults follow the ``transformers`` configuration classes of
+each supported ``model_type``:
+
+- ``llama``: Llama 2 / 3 / 3.1.
+- ``qwen2``: Qwen2 and Qwen2.5 (biases on the Q, K and V projections).
+- ``qwen3``: Qwen3 dense (no QKV bias).
+- ``qwen3_moe``: Qwen3 mixture of experts (``num_experts``,
+  ``moe_intermediate_size``, ``decoder_sparse_step``, ``mlp_only_layers``).
+- ``mixtral``: Mixtral (``num_local_experts``).
+- ``deepseek_v2`` / ``deepseek_v3``: multi-head latent attention and shared
+  experts (``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``,
+  ``n_routed_experts``, ``first_k_dense_replace``, ...). The multi-token
+  prediction module (``num_nextn_predict_layers``) is not part of the spec.
+- ``opt``: OPT (learned positions with two extra rows, biases everywhere,
+  ``word_embed_proj_dim`` projections).
+
+What the spec leaves out (each well under 0.01% of the parameters of the
+presets): Qwen3's per-head Q/K RMSNorm weights, DeepSeek's router correction
+bias, the output-projection and MLP biases of a Llama config with
+``attention_bias``/``mlp_bias`` set, and OPT-350M's missing final LayerNorm.
+A :class:`ModelSpec` records how many layers are dense in an MoE model, not
+which ones, which is all the parameter and FLOP counts depend on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+import json
+import os
+import pathlib
+from typing import Any
+
+from costmodel._src.specs.model import ModelSpec
+
+SUPPORTED_MODEL_TYPES = (
+    "llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "deepseek_v2",
+    "deepseek_v3", "opt",
+)
+
+_REQUIRED = object()
+
+
+class _Reader:
+  """Typed, strict access to one config dict; errors name the source and key."""
+
+  def __init__(self, cfg: Mapping[str, Any], source: str):
+    self.cfg = cfg
+    self.source = source
+
+  def _get(self, key: str, default: Any) -> Any:
+    if key in self.cfg and self.cfg[key] is not None:
+      return self.cfg[key]
+    if default is _REQUIRED:
+      model_type = self.cfg.get("model_type")
+      raise ValueError(
+          f"{self.source}: missing required key {key!r} for {model_type=}")
+    return default
+
+  def integer(self, key: str, default: Any = _REQUIRED, minimum: int = 1) -> int:
+    v = self._get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int):
+      raise ValueError(f"{self.source}: {key}={v!r} must be an integer")
+    if v < minimum:
+      what = "positive" if minimum == 1 else f">= {minimum}"
+      raise ValueError(f"{self.source}: {key}={v!r} must be {what}")
+    return v
+
+  def flag(self, key: str, default: Any = _REQUIRED) -> bool:
+    v = self._get(key, default)
+    if not isinstance(v, bool):
+      raise ValueError(f"{self.source}: {key}={v!r} must be true or false")
+    return v
+
+  def layer_list(self, key: str, n_layers: int) -> list[int]:
+    v = self._get(key, [])
+    if not isinstance(v, list) or any(
+        isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n_layers
+        for i in v):
+      raise ValueError(f"{self.source}: {key}={v!r} must be a list of layer "
+                       f"indices in [0, {n_layers})")
+    return v
+
+  def head_dim(self, hidden: int, n_heads: int) -> int:
+    if self.cfg.get("head_dim") is not None:
+      return self.integer("head_dim")
+    if hidden % n_heads:
+      raise ValueError(
+          f"{self.source}: hidden_size={hidden} is not divisible by "
+          f"num_attention_heads={n_heads}; give head_dim explicitly")
+    return hidden // n_heads
+
+
+def _attention(r: _Reader) -> dict[str, int]:
+  hidden = r.integer("hidden_size")
+  n_heads = r.integer("num_attention_heads")
+  n_kv_heads = r.integer("num_key_value_heads", n_heads)
+  if n_heads % n_kv_heads:
+    raise ValueError(f"{r.source}: num_attention_heads={n_heads} must be "
+                     f"divisible by num_key_value_heads={n_kv_heads}")
+  return dict(
+      n_layers=r.integer("num_hidden_layers"),
+      hidden=hidden,
+      n_heads=n_heads,
+      n_kv_heads=n_kv_heads,
+      head_dim=r.head_dim(hidden, n_heads),
+      vocab=r.integer("vocab_size"),
+  )
+
+
+def _llama_like(r: _Reader, qkv_bias_default: bool) -> dict[str, Any]:
+  # Llama's `attention_bias` puts biases on q, k, v and o; only the first three
+  # are modelled (the o bias is `hidden` parameters per layer).
+  return dict(
+      _attention(r),
+      ffn_hidden=r.integer("intermediate_size"),
+      tied_embeddings=r.flag("tie_word_embeddings", False),
+      qkv_bias=r.flag("attention_bias", qkv_bias_default),
+  )
+
+
+def _llama(r: _Reader) -> dict[str, Any]:
+  return _llama_like(r, qkv_bias_default=False)
+
+
+def _qwen2(r: _Reader) -> dict[str, Any]:
+  # Qwen2 hard-codes bias=True on q_proj, k_proj and v_proj (no config key).
+  return dict(_llama_like(r, qkv_bias_default=False), qkv_bias=True)
+
+
+def _qwen3(r: _Reader) -> dict[str, Any]:
+  return _llama_like(r, qkv_bias_default=False)
+
+
+def _qwen3_moe(r: _Reader) -> dict[str, Any]:
+  fields = dict(_attention(r),
+                tied_embeddings=r.flag("tie_word_embeddings", False),
+                qkv_bias=r.flag("attention_bias", False))
+  n_layers = fields["n_layers"]
+  n_experts = r.integer("num_experts", 0, minimum=0)
+  step = r.integer("decoder_sparse_step", 1)
+  mlp_only = set(r.layer_list("mlp_only_layers", n_layers))
+  # transformers' Qwen3MoeDecoderLayer: layer i is sparse when it is not in
+  # mlp_only_layers, num_experts > 0 and (i + 1) % decoder_sparse_step == 0.
+  n_sparse = sum(1 for i in range(n_layers)
+                 if n_experts > 0 and i not in mlp_only and (i + 1) % step == 0)
+  n_dense = n_layers - n_sparse
+  fields["ffn_hidden"] = r.integer("intermediate_size", _REQUIRED if n_dense else 0,
+                               minimum=1 if n_dense else 0)
+  if n_sparse:
+    fields.update(
+        n_experts=n_experts,
+        top_k=r.integer("num_experts_per_tok"),
+        expert_ffn_hidden=r.integer("moe_intermediate_size"),
+        first_dense_layers=n_dense,
+    )
+  return fields
+
+
+def _mixtral(r: _Reader) -> dict[str, Any]:
+  ffn = r.integer("intermediate_size")
+  return dict(
+      _attention(r),
+      ffn_hidden=ffn,
+      tied_embeddings=r.flag("tie_word_embeddings", False),
+      n_experts=r.integer("num_local_experts"),
+      top_k=r.integer("num_experts_per_tok"),
+      expert_ffn_hidden=ffn,
+  )
+
+
+def _deepseek(r: _Reader) -> dict[str, Any]:
+  hidden = r.integer("hidden_size")
+  n_heads = r.integer("num_attention_heads")
+  n_layers = r.integer("num_hidden_layers")
+  n_experts = r.integer("n_routed_experts", 0, minimum=0)
+  first_k = r.integer("first_k_dense_replace", 0, minimum=0)
+  freq = r.integer("moe_layer_freq", 1)
+  # DeepseekV3DecoderLayer: layer i is MoE when n_routed_experts is set,
+  # i >= first_k_dense_replace and i % moe_layer_freq == 0.
+  n_moe = sum(1 for i in range(n_layers)
+              if n_experts > 0 and i >= first_k and i % freq == 0)
+  n_dense = n_layers - n_moe
+  fields = dict(
+      n_layers=n_layers,
+      hidden=hidden,
+      n_heads=n_heads,
+      n_kv_heads=r.integer("num_key_value_heads", n_heads),
+      head_dim=r.integer("qk_nope_head_dim"),
+      qk_rope_head_dim=r.integer("qk_rope_head_dim"),
+      v_head_dim=r.integer("v_head_dim"),
+      q_lora_rank=r.integer("q_lora_rank", 0, minimum=0),  # null in V2-Lite
+      kv_lora_rank=r.integer("kv_lora_rank"),
+      vocab=r.integer("vocab_size"),
+      tied_embeddings=r.flag("tie_word_embeddings", False),
+      ffn_hidden=r.integer("intermediate_size", _REQUIRED if n_dense else 0,
+                       minimum=1 if n_dense else 0),
+  )
+  if n_moe:
+    moe_ffn = r.integer("moe_intermediate_size")
+    fields.update(
+        n_experts=n_experts,
+        top_k=r.integer("num_experts_per_tok"),
+        expert_ffn_hidden=moe_ffn,
+        shared_ffn_hidden=r.integer("n_shared_experts", 0, minimum=0) * moe_ffn,
+        first_dense_layers=n_dense,
+    )
+  return fields
+
+
+def _opt(r: _Reader) -> dict[str, Any]:
+  hidden = r.integer("hidden_size")
+  n_heads = r.integer("num_attention_heads")
+  if hidden % n_heads:
+    raise ValueError(f"{r.source}: hidden_size={hidden} is not divisible by "
+                     f"num_attention_heads={n_heads}")
+  embed = r.integer("word_embed_proj_dim", hidden)
+  r.flag("do_layer_norm_before", True)  # Pre/post-LN: same parameter count.
+  return dict(
+      n_layers=r.integer("num_hidden_layers"),
+      hidden=hidden,
+      n_heads=n_heads,
+      n_kv_heads=n_heads,
+      head_dim=hidden // n_heads,
+      ffn_hidden=r.integer("ffn_dim"),
+      vocab=r.integer("vocab_size"),
+      gated_mlp=False,
+      tied_embeddings=r.flag("tie_word_embeddings", True),
+      linear_bias=r.flag("enable_bias", True),
+      # OPTLearnedPositionalEmbedding keeps 2 extra rows (an offset of 2).
+      learned_positions=r.integer("max_position_embeddings") + 2,
+      embed_dim=0 if embed == hidden else embed,
+  )
+
+
+_PARSERS = {
+    "llama": _llama,
+    "qwen2": _qwen2,
+    "qwen3": _qwen3,
+    "qwen3_moe": _qwen3_moe,
+    "mixtral": _mixtral,
+    "deepseek_v2": _deepseek,
+    "deepseek_v3": _deepseek,
+    "opt": _opt,
+}
+assert set(_PARSERS) == set(SUPPORTED_MODEL_TYPES)
+
+
+def _load(config) -> tuple[Mapping[str, Any], str, str | None]:
+  """Returns (config dict, source label for messages, fallback name)."""
+  if isinstance(config, Mapping):
+    return config, "config dict", None
+  if not isinstance(config, (str, os.PathLike)):
+    raise TypeError(f"config={config!r} must be a path or a dict")
+  path = pathlib.Path(config)
+  if path.is_dir():
+    path = path / "config.json"
+  try:
+    text = path.read_text(encoding="utf-8")
+  except FileNotFoundError:
+    raise ValueError(f"config file {str(path)!r} does not exist") from None
+  except OSError as e:
+    raise ValueError(f"config file {str(path)!r} cannot be read: {e}") from None
+  try:
+    cfg = json.loads(text)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path}: invalid JSON ({e})") from None
+  if not isinstance(cfg, dict):
+    raise ValueError(f"{path}: top-level JSON value must be an object, "
+                     f"got {type(cfg).__name__}")
+  stem = path.parent.name if path.stem == "config" and path.parent.name else path.stem
+  return cfg, str(path), stem
+
+
+def from_hf_config(config, name: str | None = None) -> ModelSpec:
+  """Builds a :class:`ModelSpec` from a Hugging Face ``config.json``.
+
+  Args:
+    config: Path to a ``config.json`` (or to the directory holding one), or the
+      already-loaded dict.
+    name: Name of the spec. Defaults to the config's ``name_or_path`` or
+      ``_name_or_path``, else the file stem (the directory name for a file
+      called ``config.json``), else the ``model_type``.
+
+  Returns:
+    The architecture as a :class:`ModelSpec`.
+
+  Raises:
+    ValueError: for a missing or unreadable file, invalid JSON, an unsupported
+      ``model_type`` (the message lists the supported ones), a missing required
+      key, or a value of the wrong type or out of range; the message names the
+      file (or "config dict"), the key and the value.
+    TypeError: if ``config`` is neither a path nor a mapping.
+
+  Example:
+    >>> spec = from_hf_config({"model_type": "llama", "num_hidden_layers": 32,
+    ...     "hidden_size": 4096, "num_attention_heads": 32,
+    ...     "num_key_value_heads": 8, "intermediate_size": 14336,
+    ...     "vocab_size": 128256}, name="llama-3.1-8b")
+    >>> spec.total_params
+    8030261248
+  """
+  cfg, source, fallback = _load(config)
+  model_type = cfg.get("model_type")
+  if not isinstance(model_type, str) or model_type.lower() not in _PARSERS:
+    raise ValueError(
+        f"{source}: unsupported {model_type=}; supported model types: "
+        f"{', '.join(SUPPORTED_MODEL_TYPES)}")
+  model_type = model_type.lower()
+  fields = _PARSERS[model_type](_Reader(cfg, source))
+  if name is None:
+    for key in ("name_or_path", "_name_or_path"):
+      if isinstance(cfg.get(key), str) and cfg[key]:
+        name = cfg[key]
+        break
+    else:
+      name = fallback or model_type
+  try:
+    return ModelSpec(name=name, **fields)
+  except ValueError as e:
+    raise ValueError(f"{source}: {e}") from None

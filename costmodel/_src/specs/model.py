@@ -1,0 +1,291 @@
+"""Transformer model specification: dense and MoE decoders, GQA and MLA.
+
+A :class:`ModelSpec` holds the architecture only (no weights). All fields are
+static pytree structure: the model is fixed while layouts vary, so jitted cost
+functions specialise on it once.
+
+Parameter counts follow the Hugging Face implementations of the families the
+presets cover (Llama, Qwen2/2.5/3, Qwen3-MoE, Mixtral, DeepSeek-V3, OPT).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from costmodel._src import pytree
+
+
+@pytree.pytree_dataclass
+class ModelSpec:
+  """A decoder-only transformer.
+
+  Attributes:
+    name: Human-readable name.
+    n_layers: Number of transformer blocks.
+    hidden: Model width h.
+    n_heads: Query heads.
+    n_kv_heads: Key/value heads (GQA); equal to ``n_heads`` for MHA.
+    head_dim: Per-head width of queries and keys (and values, without MLA).
+    ffn_hidden: Intermediate width of the dense MLP.
+    vocab: Vocabulary size.
+    gated_mlp: SwiGLU-style MLP with three matrices (else two).
+    tied_embeddings: LM head shares the input embedding.
+    qkv_bias: Biases on the Q, K and V projections (Qwen2).
+    linear_bias: Biases on every linear layer and LayerNorm (OPT).
+    learned_positions: Rows of a learned position embedding (OPT), else 0.
+    n_experts: Routed experts per MoE layer; 0 for a dense model.
+    top_k: Routed experts per token.
+    expert_ffn_hidden: Intermediate width of one routed expert.
+    shared_ffn_hidden: Total intermediate width of the shared experts.
+    first_dense_layers: Leading layers with a dense MLP in an MoE model.
+    q_lora_rank: MLA query compression rank (0: no query compression).
+    kv_lora_rank: MLA key/value compression rank; > 0 switches MLA on.
+    qk_rope_head_dim: MLA decoupled rotary key width.
+    v_head_dim: MLA value head width (defaults to ``head_dim``).
+    embed_dim: Width of the token embedding and LM head when it differs from
+      ``hidden`` (OPT-350M's ``word_embed_proj_dim``); the model then carries
+      bias-free projections in and out (``2 * embed_dim * hidden``). 0 means
+      ``hidden``.
+  """
+
+  name: str = pytree.static_field()
+  n_layers: int = pytree.static_field()
+  hidden: int = pytree.static_field()
+  n_heads: int = pytree.static_field()
+  n_kv_heads: int = pytree.static_field()
+  head_dim: int = pytree.static_field()
+  ffn_hidden: int = pytree.static_field()
+  vocab: int = pytree.static_field()
+  gated_mlp: bool = pytree.static_field(default=True)
+  tied_embeddings: bool = pytree.static_field(default=False)
+  qkv_bias: bool = pytree.static_field(default=False)
+  linear_bias: bool = pytree.static_field(default=False)
+  learned_positions: int = pytree.static_field(default=0)
+  n_experts: int = pytree.static_field(default=0)
+  top_k: int = pytree.static_field(default=0)
+  expert_ffn_hidden: int = pytree.static_field(default=0)
+  shared_ffn_hidden: int = pytree.static_field(default=0)
+  first_dense_layers: int = pytree.static_field(default=0)
+  q_lora_rank: int = pytree.static_field(default=0)
+  kv_lora_rank: int = pytree.static_field(default=0)
+  qk_rope_head_dim: int = pytree.static_field(default=0)
+  v_head_dim: int = pytree.static_field(default=0)
+  embed_dim: int = pytree.static_field(default=0)
+
+  def __post_init__(self):
+    owner = f"ModelSpec({self.name!r})"
+    for f in ("n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "vocab"):
+      v = getattr(self, f)
+      if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+        raise ValueError(f"{owner}: {f}={v!r} must be a positive integer")
+    for f in ("ffn_hidden", "learned_positions", "n_experts", "top_k",
+              "expert_ffn_hidden", "shared_ffn_hidden", "first_dense_layers",
+              "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim",
+              "embed_dim"):
+      v = getattr(self, f)
+      if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise ValueError(f"{owner}: {f}={v!r} must be a non-negative integer")
+    if self.n_heads % self.n_kv_heads:
+      raise ValueError(
+          f"{owner}: n_heads={self.n_heads} must be divisible by "
+          f"n_kv_heads={self.n_kv_heads}")
+    if self.n_experts:
+      if not 1 <= self.top_k <= self.n_experts:
+        raise ValueError(
+            f"{owner}: top_k={self.top_k} must lie in [1, n_experts={self.n_experts}]")
+      if self.expert_ffn_hidden <= 0:
+        raise ValueError(f"{owner}: expert_ffn_hidden={self.expert_ffn_hidden} "
+                         "must be > 0 for an MoE model")
+      if self.first_dense_layers > self.n_layers:
+        raise ValueError(f"{owner}: first_dense_layers={self.first_dense_layers} "
+                         f"exceeds n_layers={self.n_layers}")
+    elif self.top_k:
+      raise ValueError(f"{owner}: top_k={self.top_k} needs n_experts > 0")
+    if (self.n_experts == 0 or self.first_dense_layers) and self.ffn_hidden <= 0:
+      raise ValueError(f"{owner}: ffn_hidden={self.ffn_hidden} must be > 0")
+    if self.q_lora_rank and not self.kv_lora_rank:
+      raise ValueError(f"{owner}: q_lora_rank={self.q_lora_rank} needs kv_lora_rank > 0 (MLA)")
+
+  # ----- structure ---------------------------------------------------------
+
+  @property
+  def is_moe(self) -> bool:
+    return self.n_experts > 0
+
+  @property
+  def is_mla(self) -> bool:
+    return self.kv_lora_rank > 0
+
+  @property
+  def n_moe_layers(self) -> int:
+    return self.n_layers - self.first_dense_layers if self.is_moe else 0
+
+  @property
+  def n_dense_layers(self) -> int:
+    return self.n_layers - self.n_moe_layers
+
+  @property
+  def value_head_dim(self) -> int:
+    return self.v_head_dim or self.head_dim
+
+  @property
+  def token_embed_dim(self) -> int:
+    """Width of the token embedding and LM head."""
+    return self.embed_dim or self.hidden
+
+  def _embed_projection_params(self) -> int:
+    e = self.token_embed_dim
+    return 0 if e == self.hidden else 2 * e * self.hidden
+
+  @property
+  def qk_head_dim(self) -> int:
+    """Query/key width per head used by the attention scores."""
+    return self.head_dim + (self.qk_rope_head_dim if self.is_mla else 0)
+
+  # ----- parameters --------------------------------------------------------
+
+  def _norm_params(self) -> int:
+    return 2 * self.hidden if self.linear_bias else self.hidden
+
+  def attention_params(self) -> int:
+    """Parameters of one attention block (projections and biases)."""
+    h, a = self.hidden, self.n_heads
+    if self.is_mla:
+      qk = self.head_dim + self.qk_rope_head_dim
+      if self.q_lora_rank:
+        q = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * a * qk
+      else:
+        q = h * a * qk
+      kv = (h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+            + self.kv_lora_rank * a * (self.head_dim + self.value_head_dim))
+      o = a * self.value_head_dim * h
+      return q + kv + o
+    q = h * a * self.head_dim
+    kv = 2 * h * self.n_kv_heads * self.head_dim
+    o = a * self.head_dim * h
+    bias = 0
+    if self.qkv_bias or self.linear_bias:
+      bias += (a + 2 * self.n_kv_heads) * self.head_dim
+    if self.linear_bias:
+      bias += h
+    return q + kv + o + bias
+
+  def _mlp_params(self, ffn: int) -> int:
+    mats = 3 if self.gated_mlp else 2
+    bias = (ffn + self.hidden) if self.linear_bias else 0
+    return mats * self.hidden * ffn + bias
+
+  def dense_mlp_params(self) -> int:
+    """Parameters of one dense MLP."""
+    return self._mlp_params(self.ffn_hidden)
+
+  def expert_params(self) -> int:
+    """Parameters of one routed expert."""
+    return self._mlp_params(self.expert_ffn_hidden) if self.is_moe else 0
+
+  def moe_mlp_params(self, active: bool) -> int:
+    """Parameters of one MoE block: router, routed experts (all or top-k), shared."""
+    if not self.is_moe:
+      return 0
+    n = self.top_k if active else self.n_experts
+    shared = self._mlp_params(self.shared_ffn_hidden) if self.shared_ffn_hidden else 0
+    return self.hidden * self.n_experts + n * self.expert_params() + shared
+
+  def embedding_params(self) -> int:
+    """Input embedding (plus learned positions and projections) and, if untied, the LM head."""
+    e = self.token_embed_dim
+    emb = self.vocab * e + self.learned_positions * self.hidden + self._embed_projection_params()
+    return emb + (0 if self.tied_embeddings else self.vocab * e)
+
+  def layer_params(self, active: bool = False) -> int:
+    """Parameters of all transformer blocks (all experts, or only active ones)."""
+    per = self.attention_params() + 2 * self._norm_params()
+    dense = self.n_dense_layers * (per + self.dense_mlp_params())
+    moe = self.n_moe_layers * (per + self.moe_mlp_params(active))
+    return dense + moe
+
+  @property
+  def total_params(self) -> int:
+    """All parameters."""
+    return self.layer_params(False) + self.embedding_params() + self._norm_params()
+
+  @property
+  def active_params(self) -> int:
+    """Parameters used per token (top-k routed experts only).
+
+    Convention: the input embedding and the LM head both count as active, as
+    in Mistral's 12.9B for Mixtral-8x7B and Qwen's activated counts. DeepSeek
+    quotes 36.6B for V3 without the input embedding (0.9B); compare with
+    ``active_params - vocab * token_embed_dim`` for that convention.
+    """
+    return self.layer_params(True) + self.embedding_params() + self._norm_params()
+
+  @property
+  def expert_params_total(self) -> int:
+    """Parameters of all routed experts (sharded by expert parallelism)."""
+    return self.n_moe_layers * self.n_experts * self.expert_params()
+
+  @property
+  def n_tensors(self) -> int:
+    """Number of weight tensors (what per-tensor weight-sync overheads scale with)."""
+    attn = 10 if self.is_mla else 4 + (3 if (self.qkv_bias or self.linear_bias) else 0)
+    mlp = 3 if self.gated_mlp else 2
+    per_dense = attn + 2 + mlp
+    per_moe = attn + 2 + 1 + self.n_experts * mlp + (mlp if self.shared_ffn_hidden else 0)
+    emb = (1 if self.tied_embeddings else 2) + (2 if self._embed_projection_params() else 0)
+    return self.n_dense_layers * per_dense + self.n_moe_layers * per_moe + emb + 1
+
+  # ----- FLOPs and bytes -----------------------------------------------------
+
+  @property
+  def matmul_params_per_token(self) -> int:
+    """Weights multiplied per token in a forward pass (active, with the LM head)."""
+    return (self.layer_params(True) + self.vocab * self.token_embed_dim
+            + self._embed_projection_params())
+
+  def attention_flops_per_token(self, context: float) -> float:
+    """Score and value FLOPs per token per forward pass, all layers.
+
+    ``2 * n_heads * (qk_dim + v_dim) * context`` per layer, where ``context``
+    is the number of keys attended (for a causal sequence of length s the mean
+    is s/2 with FlashAttention skipping masked blocks).
+    """
+    per_layer = 2 * self.n_heads * (self.qk_head_dim + self.value_head_dim)
+    return self.n_layers * per_layer * context
+
+  def forward_flops_per_token(self, context: float) -> float:
+    """Forward FLOPs per token: ``2 * matmul params + attention``."""
+    return 2.0 * self.matmul_params_per_token + self.attention_flops_per_token(context)
+
+  def training_flops_per_token(self, context: float) -> float:
+    """Forward + backward FLOPs per token (3x forward), without recompute."""
+    return 3.0 * self.forward_flops_per_token(context)
+
+  def kv_bytes_per_token(self, bytes_per_element: float = 2.0) -> float:
+    """KV-cache bytes per token over all layers.
+
+    GQA: ``2 * L * n_kv_heads * head_dim * bytes``; MLA caches the compressed
+    latent and the rotary key: ``L * (kv_lora_rank + qk_rope_head_dim) * bytes``.
+    """
+    if self.is_mla:
+      per = self.kv_lora_rank + self.qk_rope_head_dim
+    else:
+      per = 2 * self.n_kv_heads * self.head_dim
+    return float(self.n_layers * per * bytes_per_element)
+
+  @classmethod
+  def from_hf_config(cls, config) -> ModelSpec:
+    """Builds a spec from a Hugging Face ``config.json`` (a path or a dict).
+
+    Reads Llama, Qwen2/2.5/3, Qwen3-MoE, Mixtral, DeepSeek-V3 and OPT key
+    spellings; no network, no ``transformers``.
+
+    Raises:
+      ValueError: for a missing file, malformed JSON, an unsupported
+        ``model_type`` or a missing or invalid field (named in the message).
+    """
+    from costmodel._src.specs import hf_config  # pylint: disable=g-import-not-at-top
+    return hf_config.from_hf_config(config)
+
+  def replace(self, **changes) -> ModelSpec:
+    return dataclasses.replace(self, **changes)

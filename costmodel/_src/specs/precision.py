@@ -1,0 +1,124 @@
+"""Number formats of weights, GEMMs and the KV cache, per role and phase.
+
+A :class:`Precision` rides on each layout (``Parallel.precision`` for a
+role's training or inference phase, ``Engine.precision`` for generation):
+
+* ``weights``: format the weights are stored and read in (memory bytes,
+  weight reads of decode); ``None`` keeps the job's ``param_bytes``;
+* ``compute``: format of the GEMM inputs: sets the peak (``Hardware``'s
+  BF16, FP8 or FP4 figure) and the efficiency curve
+  (:func:`efficiency.gemm_efficiency` with the format's own plateau,
+  ``Efficiency.fp8_matmul_efficiency`` or ``fp4_matmul_efficiency``). In
+  training, FP8 compute is Transformer-Engine style: BF16 weights and master
+  copies, GEMM inputs cast with per-tensor scales (:func:`cast_bytes`);
+* ``kv``: KV-cache format; ``None`` keeps the job's ``kv_bytes``.
+
+Attention cores and element-wise kernels stay in BF16.
+
+References: Micikevicius et al. 2022, "FP8 Formats for Deep Learning";
+NVIDIA Transformer Engine (delayed per-tensor scaling); DeepSeek-V3
+(fine-grained FP8 scaling, its recipe only).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from costmodel._src import pytree
+from costmodel._src.specs.hardware import Hardware
+
+DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5}
+COMPUTE_DTYPES = ("bf16", "fp16", "fp8", "fp4")
+
+
+@pytree.pytree_dataclass
+class Precision:
+  """Formats of one phase of one role (all static).
+
+  Attributes:
+    weights: Stored weight format, or None for the job's ``param_bytes``.
+    compute: GEMM input format: ``bf16``, ``fp16``, ``fp8`` or ``fp4``.
+    kv: KV-cache format, or None for the job's ``kv_bytes``.
+  """
+
+  weights: str | None = pytree.static_field(default=None)
+  compute: str = pytree.static_field(default="bf16")
+  kv: str | None = pytree.static_field(default=None)
+
+  def __post_init__(self):
+    for name in ("weights", "kv"):
+      v = getattr(self, name)
+      if v is not None and v not in DTYPE_BYTES:
+        raise ValueError(f"Precision: {name}={v!r} is not one of {tuple(DTYPE_BYTES)} or None")
+    if self.compute not in COMPUTE_DTYPES:
+      raise ValueError(f"Precision: compute={self.compute!r} is not one of {COMPUTE_DTYPES}")
+
+
+BF16 = Precision()
+
+
+def weight_bytes(precision: Precision, job_param_bytes: float) -> float:
+  """Bytes per stored weight."""
+  return job_param_bytes if precision.weights is None else DTYPE_BYTES[precision.weights]
+
+
+def kv_bytes(precision: Precision, job_kv_bytes: float) -> float:
+  """Bytes per KV-cache element."""
+  return job_kv_bytes if precision.kv is None else DTYPE_BYTES[precision.kv]
+
+
+def peak_flops(hw: Hardware, compute: str) -> jax.Array:
+  """Dense peak of the GEMM format on ``hw``.
+
+  FP4 needs an accelerator with an FP4 figure (``peak_fp4_flops_per_s > 0``).
+
+  Raises:
+    ValueError: for FP4 on an accelerator without it.
+  """
+  if compute in ("bf16", "fp16"):
+    return jnp.asarray(hw.peak_flops_per_s, float)
+  if compute == "fp8":
+    return jnp.asarray(hw.peak_fp8_flops_per_s, float)
+  if compute == "fp4":
+    if pytree.is_concrete(hw.peak_fp4_flops_per_s) and float(hw.peak_fp4_flops_per_s) <= 0:
+      raise ValueError(f"Precision: compute='fp4' needs an FP4 peak; {hw.name} has "
+                       f"peak_fp4_flops_per_s={hw.peak_fp4_flops_per_s!r}")
+    return jnp.asarray(hw.peak_fp4_flops_per_s, float)
+  raise ValueError(f"Precision: compute={compute!r} is not one of {COMPUTE_DTYPES}")
+
+
+def plateau(eff, compute: str):
+  """The format's best GEMM efficiency relative to the BF16 plateau."""
+  return {"bf16": 1.0, "fp16": 1.0, "fp8": eff.fp8_matmul_efficiency,
+          "fp4": eff.fp4_matmul_efficiency}[compute]
+
+
+def cast_bytes(gemm_inputs_elements, compute: str) -> jax.Array | float:
+  """HBM bytes of casting GEMM inputs from BF16 to ``compute`` with scales.
+
+  Per element: read 2 bytes, write the narrow copy, plus the amax pass that
+  sets the per-tensor scale (read 2 bytes again): ``4 + bytes(compute)``.
+  Zero for BF16 compute.
+  """
+  if compute in ("bf16", "fp16"):
+    return 0.0
+  return gemm_inputs_elements * (4.0 + DTYPE_BYTES[compute])
+
+
+def conversion_time_s(params_per_gpu, n_tensors, src_bytes: float, dst_bytes: float,
+                      hw: Hardware, eff) -> jax.Array:
+  """Time to convert one GPU's weights between formats during weight sync.
+
+  ``params * (src + dst) / (HBM bandwidth)`` for the quantisation pass plus
+  ``Efficiency.convert_per_tensor_s`` per tensor (block-scale computation and
+  one launch per tensor). Zero when the formats match. The per-tensor default
+  (1.2e-4 s) is the difference between NeMo-RL's FP8 and BF16 refit of
+  Qwen3-30B-A3B on 16 H100 (2.9-4.0 s vs 0.74-1.0 s, ~18.9k tensors;
+  NVIDIA-NeMo/RL docs/design-docs/nccl-reshard-refit.md @7ea279ab).
+  """
+  if src_bytes == dst_bytes:
+    return jnp.zeros(())
+  stream = params_per_gpu * (src_bytes + dst_bytes) / (
+      hw.hbm_bandwidth_bytes_per_s * hw.hbm_efficiency_max)
+  return stream + n_tensors * eff.convert_per_tensor_s

@@ -1,0 +1,69 @@
+"""The RL step model: the stage graph, costed, made resident, scheduled.
+
+``estimate`` composes four steps, each in its own module:
+
+1. the stage graph of the job's algorithm (:mod:`costmodel._src.step.algorithms`);
+2. each stage's cost from its kind's function, on its pool's device
+   (:mod:`costmodel._src.stages.registry`);
+3. residency: what each role keeps in memory between stages, what it
+   offloads, and the switch stage of a colocated rollout pool
+   (:mod:`costmodel._src.step.residency`);
+4. the schedule: stages on pools' timelines, asynchronous steady state,
+   fusion (:mod:`costmodel._src.step.schedule`);
+
+and the metrics turn the result into an :class:`Estimate` (throughput, MFU,
+lower bound, memory per stage, feasibility; :mod:`costmodel._src.step.metrics`).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from costmodel._src.ops.efficiency import Efficiency
+from costmodel._src.specs import plan as plan_lib
+from costmodel._src.specs.cluster import Cluster
+from costmodel._src.specs.job import RLJob
+from costmodel._src.stages import registry
+from costmodel._src.step import algorithms
+from costmodel._src.step import metrics
+from costmodel._src.step import residency as residency_lib
+from costmodel._src.step import schedule as schedule_lib
+from costmodel._src.step.result import Estimate
+
+
+def estimate(job: RLJob, plan: plan_lib.Plan, cluster: Cluster,
+             efficiency: Efficiency | None = None, tau=0.0) -> Estimate:
+  """Predicts one steady-state RL step of ``job`` laid out as ``plan``.
+
+  Pure and jittable: ``jax.jit(estimate)`` works, ``vmap`` batches plans of
+  one structure (same pools, roles, mode) and ``grad`` reaches every leaf
+  (layout degrees, pool sizes, hardware figures, efficiency parameters).
+  Each stage is timed, and its memory checked, on its pool's accelerator
+  (``Pool.accelerator``, the cluster's by default).
+
+  Args:
+    job: The RL job.
+    plan: Pools, placement, layouts, engines and execution mode.
+    cluster: The cluster.
+    efficiency: Efficiency parameters (defaults if None).
+    tau: Smoothing temperature: 0 for the exact model, > 0 for the relaxed
+      one used by the search.
+
+  Returns:
+    An :class:`Estimate`.
+
+  Raises:
+    ValueError: for a concrete plan that cannot run (see
+      :func:`costmodel.validate_plan`).
+  """
+  plan_lib.validate(plan, job, cluster)
+  eff = efficiency if efficiency is not None else Efficiency()
+  gpus = {p.name: jnp.asarray(p.gpus, float) for p in plan.pools}
+  graph = algorithms.stage_graph(job)
+  if plan.mode.rollout_log_probs:  # the engine returns the old log-probs
+    graph = algorithms.without_stage(graph, algorithms.OLD_LOG_PROB)
+  costs = {st.name: registry.stage_cost(st, job, plan, cluster, gpus, eff, tau)
+           for st in graph}
+  res = residency_lib.residency(graph, costs, job, plan, cluster, gpus, eff)
+  sched = schedule_lib.schedule(res, plan, tau, mini_batches=job.mini_batches)
+  return metrics.assemble(job, plan, cluster, gpus, res, sched, tau)
