@@ -16,6 +16,7 @@ from search._src import space as space_lib
 N_PLANS = 10_000
 MODELS = ("qwen2.5-1.5b", "llama-3.1-8b", "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3")
 SETS = ((), ("verl",), ("openrlhf",), ("nemo_rl",), ("zero3",))
+SYNCS = ("per_tensor", "bucketed", "ipc", "reshard")
 CLUSTER_GPUS = 32
 
 
@@ -31,7 +32,8 @@ def _job(model: str, algorithm: str, batch: int) -> cm.RLJob:
 
 
 def _draw(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
-  """Random plan columns: odd pools, GQA, MoE and MLA models, engines, modes."""
+  """Random plan columns: odd pools, GQA, MoE and MLA models, engines, weight syncs,
+  modes (streaming included)."""
   c = lambda opts, p=None: rng.choice(np.asarray(opts, dtype=np.float64), size=n, p=p)
   d = {"model": rng.integers(0, len(MODELS), n), "ppo": rng.integers(0, 2, n),
        "batch": rng.integers(0, 2, n), "split": rng.integers(0, 2, n),
@@ -43,6 +45,8 @@ def _draw(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
        "critic_apart": c((0, 1), (.8, .2)),
        "e_tp": c((1, 2, 4, 8, 3), (.4, .3, .2, .05, .05)),
        "e_pp": c((1, 2, 4, 128), (.7, .2, .05, .05)), "e_ep": c((0, 1, 2), (.7, .25, .05)),
+       "sync": rng.choice(len(SYNCS), size=n, p=(.7, .1, .1, .1)),
+       "require_batches": c((0, 1, 2, 3), (.75, .1, .1, .05)),
        "mb_a": c((1, 2, 4, 8, 16)), "mb_c": c((1, 2, 4, 8))}
   for r in ("a", "c"):
     d[f"tp_{r}"] = c((1, 2, 4, 8, 16, 3, 1.5), (.35, .25, .2, .1, .04, .04, .02))
@@ -50,6 +54,7 @@ def _draw(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     d[f"cp_{r}"] = c((1, 2), (.8, .2))
     d[f"ep_{r}"] = c((1, 2, 4, 8, 16, 32, 3), (.6, .1, .1, .1, .04, .03, .03))
     d[f"zero_{r}"] = c((1, 3), (.7, .3))
+    d[f"etp_{r}"] = c((1, 2, 1.5), (.8, .15, .05))
   return d
 
 
@@ -57,7 +62,8 @@ def _layout(d, r, gpus, facts, job_facts, trained, xp=np):
   mb = d[f"mb_{r}"] if trained else 1.0
   f = {**{k: xp.asarray(v[d["model"]]) for k, v in facts.items()}, "gpus": xp.asarray(gpus),
        "tp": xp.asarray(d[f"tp_{r}"]), "pp": xp.asarray(d[f"pp_{r}"]),
-       "cp": xp.asarray(d[f"cp_{r}"]), "ep": xp.asarray(d[f"ep_{r}"]), "etp": 1.0,
+       "cp": xp.asarray(d[f"cp_{r}"]), "ep": xp.asarray(d[f"ep_{r}"]),
+       "etp": xp.asarray(d[f"etp_{r}"]),
        "zero": xp.asarray(d[f"zero_{r}"]), "micro_batch": xp.asarray(mb),
        "trained": float(trained)}
   f.update({k: xp.asarray(v) for k, v in job_facts.items()})
@@ -101,24 +107,29 @@ def _readings(d, rule_sets, xp=np):
   add("placement", {"staleness": xp.asarray(d["staleness"]),
                     "actor_on_rollout": xp.asarray((~split).astype(float)),
                     "fuse_training": xp.asarray(d["fuse"]),
-                    "critic_on_actor_pool": xp.asarray((ppo & ~critic_apart).astype(float))})
+                    "critic_on_actor_pool": xp.asarray((ppo & ~critic_apart).astype(float)),
+                    "sync_ipc": xp.asarray((d["sync"] == 2).astype(float)),
+                    "sync_reshard": xp.asarray((d["sync"] == 3).astype(float)),
+                    "require_batches": xp.asarray(d["require_batches"])})
+  add("schedule", {"require_batches": xp.asarray(d["require_batches"]),
+                   "mini_batches": xp.asarray(np.where(d["batch"] == 0, 1.0, 4.0))})
   return mask, pen
 
 
 @functools.cache
-def _parallel(tp, pp, cp, ep, zero, mb):
-  return cm.Parallel(tp=tp, pp=pp, cp=cp, ep=ep, zero_stage=zero, micro_batch=mb)
+def _parallel(tp, pp, cp, ep, etp, zero, mb):
+  return cm.Parallel(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, zero_stage=zero, micro_batch=mb)
 
 
 @functools.cache
-def _engine(tp, pp, ep):
-  return cm.Engine(tp=tp, pp=pp, ep=ep)
+def _engine(tp, pp, ep, sync):
+  return cm.Engine(tp=tp, pp=pp, ep=ep, sync_backend=sync)
 
 
 def _plan(d, i, job):
   get = lambda k: float(d[k][i])
   par = lambda r, mb: _parallel(get(f"tp_{r}"), get(f"pp_{r}"), get(f"cp_{r}"), get(f"ep_{r}"),
-                                get(f"zero_{r}"), mb)
+                                get(f"etp_{r}"), get(f"zero_{r}"), mb)
   split = d["split"][i] == 1
   pools = ((cm.Pool("gen", get("pool_a")), cm.Pool("train", get("pool_b"))) if split
            else (cm.Pool("all", get("pool_a")),))
@@ -130,10 +141,12 @@ def _plan(d, i, job):
     roles.append(cm.RolePlan("critic", pool, train=par("c", get("mb_c")), infer=par("c", 1.0)))
   e_tp = get("e_tp")
   e_ep = {0: 1.0, 1: e_tp, 2: 2.0}[int(d["e_ep"][i])]
+  rb = int(d["require_batches"][i]) or None
   return cm.Plan(pools=pools, roles=tuple(roles),
-                 engine=_engine(e_tp, get("e_pp"), e_ep), rollout_pool=gen_pool,
+                 engine=_engine(e_tp, get("e_pp"), e_ep, SYNCS[d["sync"][i]]),
+                 rollout_pool=gen_pool,
                  mode=cm.Mode(staleness=int(d["staleness"][i]),
-                              fuse_training=bool(d["fuse"][i])))
+                              fuse_training=bool(d["fuse"][i]), require_batches=rb))
 
 
 def test_validate_mask_and_exact_penalty_agree_on_random_plans(cluster):
@@ -185,6 +198,9 @@ def _mixtral_job():
     ("mixtral-8x7b", 16, dict(ep=16.0), {}, r"ep=16 must divide n_experts=8"),
     ("mixtral-8x7b", 12, dict(pp=3.0, ep=8.0), {},
      r"ep=8 must divide tp\*dp\*cp=4 \(expert ranks ep x etp=1 come from"),
+    ("mixtral-8x7b", 8, dict(ep=4.0, etp=4.0), {},
+     r"ep=4 x etp=4 must divide tp\*dp\*cp=8 \(expert ranks ep x etp=4 come from"),
+    ("mixtral-8x7b", 8, dict(ep=2.0, etp=1.5), {}, r"etp=1.5 must be an integer"),
     ("mixtral-8x7b", 8, {}, dict(tp=4.0, ep=2.0),
      r"engine ep=2 must be 1 or equal tp=4 on an MoE model"),
     ("qwen2.5-1.5b", 8, {}, dict(tp=2.0, pp=3.0),
@@ -199,6 +215,34 @@ def test_messages_name_field_value_and_rule(model, gpus, train, engine, pattern)
                            engine=cm.Engine(**engine))
   with pytest.raises(ValueError, match=pattern):
     cm.validate_plan(plan, job, cluster)
+
+
+def test_etp_counts_only_with_expert_parallelism():
+  job = _mixtral_job()
+  cluster = cm.Cluster(cm.hardware.get("H100"), gpus_per_node=8, nodes=1)
+  # Without EP the experts follow TP: etp=16 on 8 GPUs does not matter.
+  cm.validate_plan(cm.Plan.colocated(job, cluster, train=cm.Parallel(etp=16.0)), job, cluster)
+  cm.validate_plan(cm.Plan.colocated(job, cluster, train=cm.Parallel(ep=4.0, etp=2.0)), job,
+                   cluster)
+
+
+def test_sync_and_streaming_rules_come_from_the_table():
+  fields = {"staleness": np.zeros(4), "actor_on_rollout": np.array([1.0, 0.0, 1.0, 0.0]),
+            "fuse_training": np.zeros(4), "critic_on_actor_pool": np.ones(4),
+            "sync_ipc": np.array([1.0, 1.0, 0.0, 0.0]),
+            "sync_reshard": np.array([0.0, 0.0, 1.0, 1.0]), "require_batches": np.zeros(4)}
+  np.testing.assert_array_equal(cm.rule_mask("placement", fields), [True, False, False, True])
+  streaming = {**fields, "sync_ipc": np.zeros(4), "sync_reshard": np.zeros(4),
+               "require_batches": np.array([0.0, 2.0, 2.0, 2.0])}
+  np.testing.assert_array_equal(cm.rule_mask("placement", streaming),
+                                [True, True, False, True])
+  ok = cm.rule_mask("schedule", {"require_batches": np.array([0.0, 2.0, 3.0, 4.0]),
+                                 "mini_batches": np.array([1.0, 4.0, 4.0, 4.0])})
+  np.testing.assert_array_equal(ok, [True, True, False, True])
+  np.testing.assert_allclose(cm.rule_penalty("schedule", {"require_batches": 3.0,
+                                                          "mini_batches": 4.0}, 0.0), 1.0 / 3.0)
+  with pytest.raises(ValueError, match=r"require_batches=3 must divide the job's mini_batches=4"):
+    cm.check_rules("schedule", {"require_batches": 3, "mini_batches": 4})
 
 
 def test_zero3_rule_is_an_optional_set(cluster):

@@ -278,7 +278,7 @@ def _samples(job: RLJob) -> float:
 def _check_layout(where: str, job: RLJob, role: str, layout: Parallel, gpus: float,
                   trained: bool, frameworks: tuple[str, ...], samples: float) -> None:
   fields = rules.layout_fields(role_model(job, role), gpus, layout.tp, layout.pp, layout.cp,
-                               layout.ep, zero=layout.zero_stage,
+                               layout.ep, etp=layout.etp, zero=layout.zero_stage,
                                micro_batch=layout.micro_batch, samples=samples,
                                mini_batch_samples=samples / job.mini_batches, trained=trained)
   if _concrete(fields):
@@ -300,7 +300,9 @@ def validate(plan: Plan, job: RLJob, cluster: Cluster, frameworks: tuple[str, ..
   Raises:
     ValueError: naming what is wrong: an unknown or missing pool or role,
       pools larger than the cluster, degrees that do not divide the pool or
-      the model's heads, layers or experts, a mode the placement cannot run.
+      the model's heads, layers or experts, a mode or weight sync the
+      placement cannot run (all from the rule table), streaming calls that do
+      not divide the job's mini-batches.
   """
   frameworks = tuple(frameworks)
   rules.rules("pool", frameworks)  # rejects unknown rule sets early
@@ -355,23 +357,12 @@ def validate(plan: Plan, job: RLJob, cluster: Cluster, frameworks: tuple[str, ..
   if gpus is not None and _concrete(fields):
     rules.check_rules("engine", fields, "Plan: ", frameworks)
   a, c = plan.role("actor"), plan.role("critic")
+  rb = float(plan.mode.require_batches or 0)
   rules.check_rules("placement", {
       "staleness": plan.mode.staleness, "actor_on_rollout": plan.shares_pool("actor"),
       "fuse_training": plan.mode.fuse_training,
-      "critic_on_actor_pool": c is not None and a is not None and a.pool == c.pool}, "Plan: ",
-      labels={"rollout_pool": plan.rollout_pool})
-  colocated = plan.shares_pool("actor")
-  if e.sync_backend == "ipc" and not colocated:
-    raise ValueError(f"Plan: engine sync_backend='ipc' needs the actor's training on the "
-                     f"rollout pool {plan.rollout_pool!r} (CUDA IPC is within one GPU)")
-  if e.sync_backend == "reshard" and colocated:
-    raise ValueError("Plan: engine sync_backend='reshard' needs the rollout pool apart from "
-                     "the actor's training pool (use 'ipc' or 'per_tensor' when colocated)")
-  rb = plan.mode.require_batches
-  if rb is not None:
-    if colocated:
-      raise ValueError(f"Plan: require_batches={rb} (streaming) needs the rollout pool "
-                       f"{plan.rollout_pool!r} apart from the actor's training pool")
-    if job.mini_batches % rb:
-      raise ValueError(f"Plan: require_batches={rb} must divide the job's "
-                       f"mini_batches={job.mini_batches}")
+      "critic_on_actor_pool": c is not None and a is not None and a.pool == c.pool,
+      "sync_ipc": e.sync_backend == "ipc", "sync_reshard": e.sync_backend == "reshard",
+      "require_batches": rb}, "Plan: ", labels={"rollout_pool": plan.rollout_pool})
+  rules.check_rules("schedule", {"require_batches": rb, "mini_batches": job.mini_batches},
+                    "Plan: ")

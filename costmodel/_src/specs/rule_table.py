@@ -11,8 +11,9 @@ stage, so ``ep * etp`` must divide ``tp * cp * dp = pool / pp``
 (NVIDIA/Megatron-LM, megatron/core/parallel_state.py, ``initialize_model_parallel``
 raises unless the world size is divisible by ``expert_tensor_parallel_size *
 expert_model_parallel_size * pipeline_model_parallel_size``; commit
-934c8260ada361db9b155d504c5b20600731d773). The model assumes an expert-tensor
-parallel size of 1 (``etp`` field, default 1). A vLLM engine with
+934c8260ada361db9b155d504c5b20600731d773). ``etp`` is the layout's expert-tensor
+parallel degree (``Parallel.etp``, default 1); without EP (``ep = 1``) the
+experts follow TP and the rule has nothing to check. A vLLM engine with
 ``enable_expert_parallel`` sets ``EP = DP x PCP x TP`` of the engine and expert
 TP 1 (vllm-project/vllm, vllm/model_executor/layers/fused_moe/config.py,
 ``FusedMoEParallelConfig.make``; commit 00c1c6a2054b7027369c2a460cc2181a9b86293d);
@@ -79,7 +80,7 @@ class Rule:
   Attributes:
     name: Short identifier, unique in the table.
     scope: The fields it reads (``layout``, ``engine``, ``pool``, ``pools``,
-      ``mode``, ``placement``).
+      ``mode``, ``placement``, ``schedule``).
     rule_set: ``core`` (always applies) or the name of an optional set.
     measure: ``(fields, xp, exact) -> array``: 0 where the rule holds, > 0
       where it does not.
@@ -114,7 +115,13 @@ def _gqa(f, xp, exact):
 def _ep_fold(f, xp, exact):
   # Expert ranks ep x etp fold into the tp x cp x dp ranks of a pipeline stage.
   ranks = f["gpus"] / xp.maximum(f["pp"], 1.0)
-  return _when(xp, f["ep"] * f["etp"] > 1, _divides(xp, f["ep"] * f["etp"], ranks, exact))
+  return _when(xp, f["ep"] > 1, _divides(xp, f["ep"] * f["etp"], ranks, exact))
+
+
+def _ep_fold_message(f):
+  etp = "" if f["etp"] == 1 else f" x etp={f['etp']:g}"
+  return (f"ep={f['ep']:g}{etp} must divide tp*dp*cp={f['gpus'] / f['pp']:g} (expert ranks "
+          f"ep x etp={f['etp']:g} come from the TP, DP and CP ranks of a pipeline stage)")
 
 
 def _engine_ep(f, xp, exact):
@@ -167,7 +174,7 @@ _BATCH = ("every framework above splits each mini-batch evenly over the data-par
           "of the training pool")
 
 RULES: tuple[Rule, ...] = tuple(
-    _degree_rules("layout", ("tp", "pp", "cp", "ep")) + [
+    _degree_rules("layout", ("tp", "pp", "cp", "ep", "etp")) + [
         Rule("layout_divides_pool", "layout", "core",
              lambda f, xp, ex: _divides(xp, f["tp"] * f["pp"] * f["cp"], f["gpus"], ex),
              lambda f: (f"tp*pp*cp={f['tp'] * f['pp'] * f['cp']:g} must divide the pool's "
@@ -188,10 +195,7 @@ RULES: tuple[Rule, ...] = tuple(
              lambda f, xp, ex: _when(xp, f["moe"] > 0.5, _divides(
                  xp, f["ep"], xp.maximum(f["n_experts"], 1.0), ex)),
              lambda f: f"ep={f['ep']:g} must divide n_experts={f['n_experts']:g}"),
-        Rule("ep_folds_into_stage", "layout", "core", _ep_fold,
-             lambda f: (f"ep={f['ep']:g} must divide tp*dp*cp={f['gpus'] / f['pp']:g} (expert "
-                        f"ranks ep x etp={f['etp']:g} come from the TP, DP and CP ranks of a "
-                        "pipeline stage)")),
+        Rule("ep_folds_into_stage", "layout", "core", _ep_fold, _ep_fold_message),
         Rule("zero3_alone", "layout", "zero3",
              lambda f, xp, ex: _when(xp, f["zero"] == 3, _is_one(xp, f["tp"], ex)
                                      + _is_one(xp, f["pp"], ex) + _is_one(xp, f["ep"], ex)),
@@ -235,6 +239,25 @@ RULES: tuple[Rule, ...] = tuple(
         Rule("fuse_training_critic", "placement", "core",
              lambda f, xp, ex: f["fuse_training"] * (1.0 - f["critic_on_actor_pool"]),
              lambda f: "fuse_training=True needs a critic on the actor's pool"),
+        Rule("ipc_colocated", "placement", "core",
+             lambda f, xp, ex: f["sync_ipc"] * (1.0 - f["actor_on_rollout"]),
+             lambda f: ("engine sync_backend='ipc' needs the actor's training on the rollout "
+                        f"pool {f.get('rollout_pool', '')!r} (CUDA IPC is within one GPU)")),
+        Rule("reshard_apart", "placement", "core",
+             lambda f, xp, ex: f["sync_reshard"] * f["actor_on_rollout"],
+             lambda f: ("engine sync_backend='reshard' needs the rollout pool "
+                        f"{f.get('rollout_pool', '')!r} apart from the actor's training pool "
+                        "(use 'ipc' or 'per_tensor' when colocated)")),
+        Rule("streaming_apart", "placement", "core",
+             lambda f, xp, ex: (f["require_batches"] > 0) * f["actor_on_rollout"],
+             lambda f: (f"require_batches={f['require_batches']:g} (streaming) needs the rollout "
+                        f"pool {f.get('rollout_pool', '')!r} apart from the actor's training "
+                        "pool")),
+        Rule("require_batches_divide", "schedule", "core",
+             lambda f, xp, ex: _when(xp, f["require_batches"] > 0, _divides(
+                 xp, f["require_batches"], f["mini_batches"], ex)),
+             lambda f: (f"require_batches={f['require_batches']:g} must divide the job's "
+                        f"mini_batches={f['mini_batches']:g}")),
     ])
 
 RULE_SETS: tuple[str, ...] = ("zero3", "batch", "verl", "openrlhf", "nemo_rl", "slime", "areal")
