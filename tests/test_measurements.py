@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from costmodel._src.fit import measurements
+from costmodel._src.fit import published
 from costmodel._src.fit.measurements import StageTimes
 from costmodel._src.fit.measurements import published_table
 from costmodel._src.fit.measurements import read_verl_log
@@ -67,16 +67,16 @@ def test_published_table_unknown_name():
 
 def test_parse_table_missing_column():
     with pytest.raises(ValueError, match=r"t\.csv line 1: missing column 'value'"):
-        measurements._parse_table(
+        published._parse_table(
             "id,metric\n1,x\n", "t.csv", ("id", "metric", "value")
         )
 
 
 def test_parse_table_unexpected_column_and_ragged_row():
     with pytest.raises(ValueError, match="unexpected column 'extra'"):
-        measurements._parse_table("id,extra\n1,x\n", "t.csv", ("id",))
+        published._parse_table("id,extra\n1,x\n", "t.csv", ("id",))
     with pytest.raises(ValueError, match="t.csv line 3: row has 1 fields"):
-        measurements._parse_table("id,v\n1,x\n2\n", "t.csv", ("id", "v"))
+        published._parse_table("id,v\n1,x\n2\n", "t.csv", ("id", "v"))
 
 
 # ---------------------------------------------------------------------------

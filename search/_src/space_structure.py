@@ -1,0 +1,142 @@
+"""A family's structure (what jitted code specialises on), the plan of a value
+vector, and the constraint measures shared by the relaxed and the exact evaluation."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import costmodel as cm
+from search._src.space_options import _LAYOUT_ROLES
+from search._src.space_options import _TRAINED
+
+
+@dataclasses.dataclass(frozen=True)
+class Structure:
+  """What jitted code specialises on: the family, its roles and variable order.
+
+  Attributes:
+    family: The placement family.
+    roles: The job's roles.
+    names: Variable names, in the order of a value vector.
+    n_gpus: GPUs of the cluster.
+    ties: ``(name, source)`` pairs: ``name`` takes the value of ``source``
+      (a framework that gives the critic the actor's degrees); the tied
+      variable keeps one placeholder option and is never read.
+    rule_sets: Optional rule sets of the rule table the layouts obey.
+  """
+
+  family: str
+  roles: tuple[str, ...]
+  names: tuple[str, ...]
+  n_gpus: int
+  ties: tuple[tuple[str, str], ...] = ()
+  rule_sets: tuple[str, ...] = ("zero3", "batch")
+
+  @property
+  def placement(self) -> cm.Placement:
+    return cm.placement(self.family)
+
+  @property
+  def pools(self) -> tuple[str, ...]:
+    return self.placement.pools
+
+  @property
+  def mode(self) -> cm.Mode:
+    return self.placement.mode
+
+  def index(self, name: str) -> int:
+    """Column of ``name`` in a value vector (a tied name: its source's)."""
+    return self.names.index(dict(self.ties).get(name, name))
+
+  def to_plan(self, v) -> cm.Plan:
+    """The plan of one value vector ``v`` (numpy: concrete; jax: traceable)."""
+    concrete = isinstance(v, np.ndarray)
+    get = (lambda n: float(v[self.index(n)])) if concrete else (lambda n: v[self.index(n)])
+    pool_gpus = {p: get(f"pool.{p}") for p in self.pools}
+
+    def layout(role: str, mb: str, offload_role: str | None = None) -> cm.Parallel:
+      return cm.Parallel(tp=get(f"{role}.tp"), pp=get(f"{role}.pp"), cp=get(f"{role}.cp"),
+                         ep=get(f"{role}.ep"), micro_batch=get(f"{role}.{mb}"),
+                         zero_stage=get(f"{role}.zero"),
+                         recompute=get(f"{role}.recompute") if role in _TRAINED else 0.0,
+                         offload=get(f"{offload_role or role}.offload"))
+
+    train = {r: layout(r, "mb_train") for r in self.roles if r in _TRAINED}
+    infer = {r: layout("actor", "mb_infer", "reference") if r == "reference"
+             else layout(r, "mb_infer") for r in self.roles}
+    tp = get("engine.tp")
+    ep_on = get("engine.ep")
+    if concrete:
+      ep = tp if ep_on > 0.5 else 1.0
+    else:
+      ep = jnp.where(ep_on > 0.5, tp, 1.0)
+    engine = cm.Engine(tp=tp, pp=get("engine.pp"), ep=ep,
+                       memory_fraction=get("engine.memory_fraction"),
+                       max_seqs=get("engine.max_seqs"))
+    return self.placement.plan(pool_gpus, self.roles, engine, train=train, infer=infer)
+
+
+def _role_model(job: cm.RLJob, role: str) -> cm.ModelSpec:
+  return {"actor": job.actor, "critic": job.critic, "reward": job.reward_model}[role]
+
+
+def _role_layout_fields(structure: Structure, job: cm.RLJob, role: str, get, gpus, xp) -> dict:
+  """The rule table's ``layout`` fields of ``role`` (``get(name)``: a column of
+  values, numpy or jax); a trained role carries its batch (the batch rules)."""
+  trained = role in _TRAINED
+  samples = job.samples_per_step
+  if xp is np:
+    samples = float(samples)
+  return cm.layout_fields(_role_model(job, role), gpus,
+                          *(get(f"{role}.{d}") for d in ("tp", "pp", "cp", "ep")),
+                          zero=get(f"{role}.zero"),
+                          micro_batch=get(f"{role}.mb_train") if trained else 1.0,
+                          samples=samples, mini_batch_samples=samples / job.mini_batches,
+                          trained=trained)
+
+
+# ----- constraint measures shared by the relaxed and the exact evaluation -------
+
+
+def memory_excess(structure: Structure, v: jax.Array, est: cm.Estimate, job: cm.RLJob,
+                  cluster: cm.Cluster) -> jax.Array:
+  """How far a plan is from fitting in memory, relative to the limits.
+
+  The sum over stages of ``Estimate.memory_excess`` (each stage's
+  ``relu_tau(need / limit - 1)``, the generation row with the engine's own
+  budget): zero when the plan fits, smooth at tau > 0. ``structure``, ``v``,
+  ``job`` and ``cluster`` are not needed; they stay for the callers.
+  """
+  del structure, v, job, cluster
+  return jnp.sum(est.memory_excess, axis=-1)
+
+
+def layout_violation(structure: Structure, v: jax.Array, job: cm.RLJob,
+                     tau: float = 1.0) -> jax.Array:
+  """The rule table's penalty of (relaxed) values: its relaxed measures in log2
+  units at ``tau > 0`` (e.g. ``relu(log2(tp pp cp) - log2(pool))`` per role,
+  ``relu(log2 ep - log2(pool / pp))``, the engine's ``relu(log2(tp pp) -
+  log2(rollout pool))``, ``relu(-log2 pool)``), its exact measures at ``tau = 0``.
+  """
+  get = lambda name: v[structure.index(name)]
+  total = jnp.zeros((), v.dtype)
+  for p in structure.pools:
+    total = total + cm.rule_penalty("pool", {"gpus": get(f"pool.{p}")}, tau, xp=jnp)
+  pools_total = sum(get(f"pool.{p}") for p in structure.pools)
+  total = total + cm.rule_penalty("pools", {"total": pools_total,
+                                            "cluster_gpus": float(structure.n_gpus)}, tau, xp=jnp)
+  for role in _LAYOUT_ROLES:
+    if role not in structure.roles:
+      continue
+    gpus = get(f"pool.{structure.placement.pool_of(role)}")
+    fields = _role_layout_fields(structure, job, role, get, gpus, jnp)
+    total = total + cm.rule_penalty("layout", fields, tau, structure.rule_sets, xp=jnp)
+  rollout = structure.placement.rollout_pool
+  etp = get("engine.tp")
+  fields = cm.engine_fields(job.actor, get(f"pool.{rollout}"), etp, get("engine.pp"),
+                            jnp.where(get("engine.ep") > 0.5, etp, 1.0))
+  return total + cm.rule_penalty("engine", fields, tau, xp=jnp)

@@ -1,0 +1,185 @@
+"""Which value vectors of a family give a plan that runs, and their repair.
+
+Readings of the cost model's rule table (:data:`costmodel.RULES`), numpy,
+vectorised over rows of value vectors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import costmodel as cm
+from search._src.space_options import _LAYOUT_ROLES
+from search._src.space_options import _TRAINED
+from search._src.space_options import _cover
+from search._src.space_options import _step_option
+from search._src.space_structure import _role_layout_fields
+
+
+class FamilyValidity:
+  """Validity and repair of a :class:`search._src.space.FamilySpace` (its
+  ``structure``, ``vars``, ``job``, ``cluster``, ``index`` and ``var``)."""
+
+  def col(self, values: np.ndarray, name: str) -> np.ndarray:
+    return values[..., self.index(name)]
+
+  def pool_of(self, values: np.ndarray, role: str) -> np.ndarray:
+    return self.col(values, f"pool.{self.structure.placement.pool_of(role)}")
+
+  @property
+  def blocks(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Variables grouped into blocks whose validity depends only on the block
+    and the pools: ``pools``, one block per role with its own layout (the
+    actor's holds the reference's offload), ``engine``."""
+    groups: dict[str, list[int]] = {}
+    for j, name in enumerate(self.names):
+      groups.setdefault(self.block_of(name), []).append(j)
+    return tuple((k, tuple(v)) for k, v in groups.items())
+
+  def block_of(self, name: str) -> str:
+    """The block of variable ``name`` (or of a role's variables, ``name`` a
+    role): its head (``pool`` -> ``pools``, the reference in the actor's); a
+    role with variables tied to another role's joins that role's block."""
+    def head(n: str) -> str:
+      h = n.split(".")[0]
+      return {"pool": "pools", "reference": "actor"}.get(h, h)
+
+    merged = {head(a): head(b) for a, b in self.structure.ties if head(a) != head(b)}
+    h = head(name)
+    while h in merged:
+      h = merged[h]
+    return h
+
+  def valid(self, values: np.ndarray, blocks=None) -> np.ndarray:
+    """Which value vectors give a plan that runs (and is not a duplicate).
+
+    The rules are the cost model's rule table (:data:`costmodel.RULES`, read
+    by :func:`costmodel.rule_mask`): those :func:`costmodel.validate_plan`
+    checks plus the optional ``zero3`` set (ZeRO-3 only without TP/PP/EP).
+    It also drops equivalent duplicates: a micro-batch or concurrency cap
+    above what a rank or engine holds acts like the smallest option that
+    covers it.
+
+    Args:
+      values: [..., V] value vectors.
+      blocks: Names of the blocks (see :attr:`blocks`) whose constraints to
+        check; all when None.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    check = set(b for b, _ in self.blocks) if blocks is None else set(blocks)
+    ok = np.ones(values.shape[:-1], dtype=bool)
+    if "pools" in check:
+      for p in self.structure.pools:
+        ok &= cm.rule_mask("pool", {"gpus": self.col(values, f"pool.{p}")})
+      ok &= cm.rule_mask("pools", self._pools_fields(values))
+    samples = float(self.job.samples_per_step)
+    train_batch = samples / self.job.mini_batches
+    for role in _LAYOUT_ROLES:
+      if role not in self.structure.roles or self.block_of(role) not in check:
+        continue
+      fields = self._layout_fields(values, role)
+      ok &= cm.rule_mask("layout", fields, self.structure.rule_sets)
+      dp = fields["gpus"] / (fields["tp"] * fields["pp"] * fields["cp"])
+      mb_names = ("mb_train", "mb_infer") if role in _TRAINED else ("mb_infer",)
+      for mb_name in mb_names:
+        mb = self.col(values, f"{role}.{mb_name}")
+        per_rank = (train_batch if mb_name == "mb_train" else samples) / dp
+        ok &= (mb < 2.0 * per_rank) | (mb == self.var(f"{role}.{mb_name}").options[0])
+    if "engine" in check:
+      fields = self._engine_fields(values)
+      ok &= cm.rule_mask("engine", fields)
+      g, etp, epp = fields["gpus"], fields["tp"], fields["pp"]
+      n_r = float(self.job.generated_samples_per_step) / (g / (etp * epp))
+      ms = self.col(values, "engine.max_seqs")
+      ok &= (ms < 2.0 * n_r) | (ms == self.var("engine.max_seqs").options[0])
+    return ok
+
+  @property
+  def rollout_pool(self) -> str:
+    return self.structure.placement.rollout_pool
+
+  def _layout_fields(self, values: np.ndarray, role: str) -> dict:
+    """The rule table's ``layout`` fields of ``role`` over rows of values."""
+    return _role_layout_fields(self.structure, self.job, role, lambda n: self.col(values, n),
+                               self.pool_of(values, role), np)
+
+  def _engine_fields(self, values: np.ndarray) -> dict:
+    """The rule table's ``engine`` fields over rows of values."""
+    etp = self.col(values, "engine.tp")
+    ep = np.where(self.col(values, "engine.ep") > 0.5, etp, 1.0)
+    return cm.engine_fields(self.job.actor, self.col(values, f"pool.{self.rollout_pool}"), etp,
+                            self.col(values, "engine.pp"), ep)
+
+  def _pools_fields(self, values: np.ndarray) -> dict:
+    total = sum(self.col(values, f"pool.{p}") for p in self.structure.pools)
+    return {"total": total, "cluster_gpus": float(self.cluster.n_gpus)}
+
+  def _violated(self, scope: str, fields: dict, rule: str) -> np.ndarray:
+    """Rows that break the table's rule ``rule``."""
+    return cm.rule_violations(scope, fields, self.structure.rule_sets, only=(rule,))[rule] > 0
+
+  def repair(self, values: np.ndarray) -> np.ndarray:
+    """Moves value vectors towards validity: ZeRO-3 drops TP/PP/EP, degrees that
+    do not divide their pool are halved (pp, then cp, then tp), expert degrees
+    that do not fold into a pipeline stage are halved, oversized pools shrink.
+    Which rule a row breaks comes from the rule table. The result may still be
+    invalid; :meth:`valid` decides."""
+    v = np.array(values, dtype=np.float64, copy=True)
+    idx = self.index
+    pool_names = [f"pool.{p}" for p in self.structure.pools]
+    for _ in range(len(self.var(pool_names[0]).options)):
+      over = self._violated("pools", self._pools_fields(v), "pools_within_cluster")
+      if not over.any():
+        break
+      cols = np.stack([v[..., idx(p)] for p in pool_names], -1)
+      big = np.argmax(cols, -1)
+      for k, p in enumerate(pool_names):
+        sel = over & (big == k)
+        v[sel, idx(p)] = _step_option(v[sel, idx(p)], self.var(p).options, -1)
+    for role in _LAYOUT_ROLES:
+      if role not in self.structure.roles:
+        continue
+      zero3 = self._violated("layout", self._layout_fields(v, role), "zero3_alone")
+      for d in ("tp", "pp", "ep"):
+        v[zero3, idx(f"{role}.{d}")] = 1.0
+      for _ in range(16):
+        bad = self._violated("layout", self._layout_fields(v, role), "layout_divides_pool")
+        if not bad.any():
+          break
+        for d in ("pp", "cp", "tp"):
+          col = v[..., idx(f"{role}.{d}")]
+          sel = bad & (col > 1)
+          v[sel, idx(f"{role}.{d}")] = col[sel] / 2
+          bad &= ~sel
+      for _ in range(16):
+        bad = self._violated("layout", self._layout_fields(v, role), "ep_folds_into_stage")
+        if not bad.any():
+          break
+        j = idx(f"{role}.ep")
+        v[bad, j] = v[bad, j] / 2
+    samples = float(self.job.samples_per_step)
+    for role in _LAYOUT_ROLES:
+      if role not in self.structure.roles:
+        continue
+      g = self.pool_of(v, role)
+      dp = g / (v[..., idx(f"{role}.tp")] * v[..., idx(f"{role}.pp")] * v[..., idx(f"{role}.cp")])
+      mb_names = ("mb_train", "mb_infer") if role in _TRAINED else ("mb_infer",)
+      for mb_name in mb_names:
+        batch = samples / self.job.mini_batches if mb_name == "mb_train" else samples
+        j = idx(f"{role}.{mb_name}")
+        v[..., j] = np.minimum(v[..., j], _cover(batch / dp, self.vars[j].options))
+    g = self.col(v, f"pool.{self.rollout_pool}")
+    for _ in range(16):
+      bad = self._violated("engine", self._engine_fields(v), "engine_divides_pool")
+      if not bad.any():
+        break
+      for d in ("engine.pp", "engine.tp"):
+        col = v[..., idx(d)]
+        sel = bad & (col > 1)
+        v[sel, idx(d)] = col[sel] / 2
+        bad &= ~sel
+    n_r = float(self.job.generated_samples_per_step) / (
+        g / (v[..., idx("engine.tp")] * v[..., idx("engine.pp")]))
+    j = idx("engine.max_seqs")
+    v[..., j] = np.minimum(v[..., j], _cover(n_r, self.vars[j].options))
+    return v
