@@ -123,3 +123,20 @@ def test_bad_plan_files_name_the_field(tmp_path):
   path.write_text("{not json")
   with pytest.raises(ValueError, match="is not JSON"):
     export.read_plan(str(path))
+
+
+def test_nested_specs_read_back(tmp_path):
+  """LoRA, multi-turn episodes and per-layout precision survive a plan file."""
+  job = cm.RLJob("grpo", cm.models.get("qwen2.5-1.5b"), prompts_per_step=32.0,
+                 samples_per_prompt=4.0, lora=cm.LoRA(rank=16, targets=("q", "v")),
+                 multi_turn=cm.MultiTurn(turns=2, tool_latency_s_mean=1.0,
+                                         tool_latency_s_max=4.0))
+  plan = cm.Plan.colocated(job, TWO_NODES, train=cm.Parallel(precision=cm.Precision(
+      compute="fp8")), engine=cm.Engine(precision=cm.Precision(weights="fp8", compute="fp8")))
+  path = tmp_path / "plan.json"
+  export.write_plan(str(path), plan, job=job, cluster=TWO_NODES)
+  back = export.read_plan(str(path))
+  assert back.plan == plan
+  assert back.job.lora == job.lora and back.job.multi_turn == job.multi_turn
+  assert float(cm.estimate(back.job, back.plan, TWO_NODES).step_time_s) == pytest.approx(
+      float(cm.estimate(job, plan, TWO_NODES).step_time_s), rel=1e-9)

@@ -34,6 +34,8 @@ def _fields(obj) -> dict[str, Any]:
     v = getattr(obj, f.name)
     if isinstance(v, (bool, str)) or v is None:
       out[f.name] = v
+    elif isinstance(v, tuple) and all(isinstance(x, str) for x in v):
+      out[f.name] = list(v)
     elif isinstance(v, cm.Hardware):
       out[f.name] = _spec(v, cm.hardware)
     elif dataclasses.is_dataclass(v):
@@ -43,6 +45,10 @@ def _fields(obj) -> dict[str, Any]:
   return out
 
 
+# Fields that hold a small spec dataclass of their own, written as a dict.
+_NESTED = {"precision": cm.Precision, "lora": cm.LoRA, "multi_turn": cm.MultiTurn}
+
+
 def _build(cls, d: dict, where: str, **nested):
   """``cls(**d)`` with the nested values given, or ValueError naming the field."""
   names = {f.name for f in dataclasses.fields(cls)}
@@ -50,6 +56,8 @@ def _build(cls, d: dict, where: str, **nested):
   if unknown:
     raise ValueError(f"read_plan: {where} has unknown field(s) {unknown}; "
                      f"{cls.__name__} has {sorted(names)}")
+  d = {k: (_build(_NESTED[k], v, f"{where}.{k}") if k in _NESTED and isinstance(v, dict)
+           else tuple(v) if isinstance(v, list) else v) for k, v in d.items()}
   try:
     return cls(**{**d, **nested})
   except TypeError as e:
@@ -102,6 +110,8 @@ def _job_dict(job: cm.RLJob) -> dict:
       d[f.name] = None if v is None else _spec(v, cm.models)
     elif f.name == "response":
       d[f.name] = [float(k) for k in np.asarray(v.knots, dtype=float)]
+    elif dataclasses.is_dataclass(v):
+      d[f.name] = _fields(v)
     elif isinstance(v, (bool, str)) or v is None:
       d[f.name] = v
     else:
