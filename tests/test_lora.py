@@ -11,6 +11,7 @@ import costmodel as cm
 from costmodel._src.fit.validation import lora_cases
 from costmodel._src.ops import lora as lora_lib
 from costmodel._src.stages import registry
+from costmodel._src.step import algorithms
 from costmodel._src.step.result import MEMORY_PARTS
 
 # Qwen2.5-7B, rank 32 on every linear layer: per layer
@@ -124,7 +125,7 @@ def test_compute_skips_the_base_weight_gradients(setup):
 def test_sync_moves_only_the_adapters(setup):
   job, lora_job, plan, cluster = setup
   gpus = {p.name: float(p.gpus) for p in plan.pools}
-  stage = next(s for s in cm._src.algorithms.stage_graph(job) if s.name == "weight_sync")
+  stage = next(s for s in algorithms.stage_graph(job) if s.name == "weight_sync")
   eff = cm.Efficiency()
   full = registry.stage_cost(stage, job, plan, cluster, gpus, eff)
   lora = registry.stage_cost(stage, lora_job, plan, cluster, gpus, eff)
