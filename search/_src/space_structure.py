@@ -25,7 +25,7 @@ class Structure:
     n_gpus: GPUs of the cluster.
     ties: ``(name, source)`` pairs: ``name`` takes the value of ``source``
       (a framework that gives the critic the actor's degrees); the tied
-      variable keeps one placeholder option and is never read.
+      variable keeps a single fixed option and is never read.
     rule_sets: Optional rule sets of the rule table the layouts obey.
   """
 
