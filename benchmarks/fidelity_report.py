@@ -53,8 +53,9 @@ MECHANISMS = (
     ("train_overhead_s", "fixed cost per optimizer update"),
     ("train_call_overhead_s", "fixed cost per trainer call"),
 )
-# Rows with a 0/1 prediction (fits or not): reported, never fitted.
-NOT_FITTED = ("feasibility",)
+# Rows with a 0/1 or integer prediction (fits or not, the largest batch that
+# fits): reported, never fitted.
+NOT_FITTED = ("feasibility", "lora_max_batch")
 
 
 def _mechanism_table(result: cm.CalibrationResult) -> str:

@@ -283,11 +283,19 @@ def _anchors() -> dict:
 
 
 def runs() -> list[Run]:
-  """Every published RL run with a usable configuration."""
+  """Every published RL run with a usable configuration.
+
+  DeepSpeed-Chat's runs whose scripts train a LoRA actor (rows 103, 104 and
+  110) are predicted as LoRA runs (group ``rl_lora``,
+  :mod:`~costmodel._src.fit.validation.lora_cases`), not as the full
+  fine-tuning their scripts do not run.
+  """
   from costmodel._src.fit.validation import async_cases  # pylint: disable=g-import-not-at-top
+  from costmodel._src.fit.validation import lora_cases  # pylint: disable=g-import-not-at-top
   means = inferred_means()
+  full = [r for r in _dschat_runs() if r.row_ids[0] not in lora_cases.DS_CHAT_ROWS]
   return (_dapo28k_runs(means["dapo28k"]) + _one_step_off_runs(means["one_step_off"])
-          + [_dsv3_run()] + _dschat_runs() + async_cases.ablation_runs(means["dapo28k"])
+          + [_dsv3_run()] + full + async_cases.ablation_runs(means["dapo28k"])
           + async_cases.validate_pair_runs(means["dapo10k"]))
 
 
@@ -353,4 +361,6 @@ SKIPPED_RL = {
     "rl:11": "see SKIPPED_MORE (rows 12-13 are weight-sync cases, group rl_sync)",
     "rl:19-21": "MFU-only rows without lengths or batch",
     "rl:168-175": "headline claims without configuration",
+    "rl:103, rl:104, rl:110 (full fine-tuning)": "the scripts of these sizes train a LoRA "
+                                                 "actor: predicted as LoRA runs (group rl_lora)",
 }
