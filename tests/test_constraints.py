@@ -283,6 +283,19 @@ def test_mode_rule_comes_from_the_table():
     cm.Mode(partial_rollout=True)
 
 
+def test_staleness_threshold_rule_comes_from_the_table():
+  fields = {"staleness": np.array([0.0, 0.0, 1.0, 2.0]), "partial": np.zeros(4),
+            "threshold": np.array([np.nan, 0.5, 0.5, np.nan])}
+  np.testing.assert_array_equal(cm.rule_mask("mode", fields), [True, False, True, True])
+  np.testing.assert_array_equal(
+      cm.rule_violations("mode", fields)["threshold_needs_staleness"], [0.0, 1.0, 0.0, 0.0])
+  with pytest.raises(ValueError, match=r"Mode: staleness_threshold=0.5 needs staleness >= 1"):
+    cm.Mode(staleness_threshold=0.5)
+  with pytest.raises(ValueError, match=r"Mode: staleness_threshold=-0.1 must be a number >= 0"):
+    cm.Mode(staleness=1, staleness_threshold=-0.1)
+  assert cm.Mode(staleness=1, staleness_threshold=0.1).queue_depth == 0.1
+
+
 def test_unknown_scope_and_rule_names():
   with pytest.raises(ValueError, match=r"scope='layouts' is not one of"):
     cm.rule_mask("layouts", {})

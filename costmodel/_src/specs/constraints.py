@@ -22,13 +22,15 @@ Three readings come from the table :data:`RULES`:
   measure at ``tau > 0``, the exact one at ``tau = 0`` (positive iff violated).
 
 Rules are grouped by *scope* (the fields they read): ``layout`` (a role's
-training or inference layout on its pool), ``engine`` (the rollout engine on
-the rollout pool), ``pool`` (one pool), ``pools`` (all pools on the cluster),
-``mode`` (the execution mode alone), ``placement`` (execution mode and weight
-sync against the placement: ``actor_on_rollout``, ``sync_ipc``,
-``sync_reshard``, ``require_batches`` with 0 for none, ...) and ``schedule``
-(execution mode against the job: ``require_batches``, ``mini_batches``). The
-core rules always apply; the optional sets in :data:`RULE_SETS` apply when named.
+training or inference layout on its pool), ``engine`` (the rollout engine on the
+rollout pool), ``pool`` (one pool), ``pools`` (all pools on the cluster),
+``mode`` (the execution mode alone: ``staleness``, ``partial``, and
+``threshold``, the staleness threshold, NaN or absent when unset), ``placement``
+(execution mode and weight sync against the placement: ``actor_on_rollout``,
+``sync_ipc``, ``sync_reshard``, ``require_batches`` with 0 for none, ...) and
+``schedule`` (execution mode against the job: ``require_batches``,
+``mini_batches``). The core rules always apply; the optional sets in
+:data:`RULE_SETS` apply when named.
 
 The table itself, with its sources, is in :mod:`costmodel._src.specs.rule_table`.
 """

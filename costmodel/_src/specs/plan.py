@@ -121,20 +121,14 @@ class Mode:
   single_controller: bool = pytree.static_field(default=True)
 
   def __post_init__(self):
-    if not isinstance(self.staleness, int) or self.staleness < 0:
-      raise ValueError(f"Mode: staleness={self.staleness!r} must be an integer >= 0")
-    rules.check_rules("mode", {"staleness": self.staleness, "partial": self.partial_rollout},
-                      "Mode: ")
-    t = self.staleness_threshold
-    if t is not None:
-      if not isinstance(t, (int, float)) or not t >= 0:
-        raise ValueError(f"Mode: staleness_threshold={t!r} must be a number >= 0")
-      if self.staleness == 0:
-        raise ValueError(f"Mode: staleness_threshold={t!r} needs staleness >= 1 "
-                         "(asynchronous)")
-    rb = self.require_batches
-    if rb is not None and (not isinstance(rb, int) or rb < 1):
-      raise ValueError(f"Mode: require_batches={rb!r} must be an integer >= 1")
+    pytree.check_integer("Mode", 0, staleness=self.staleness)
+    if self.staleness_threshold is not None:
+      pytree.check_number("Mode", 0, staleness_threshold=self.staleness_threshold)
+    if self.require_batches is not None:
+      pytree.check_integer("Mode", 1, require_batches=self.require_batches)
+    rules.check_rules("mode", {"staleness": self.staleness, "partial": self.partial_rollout,
+                               "threshold": (np.nan if self.staleness_threshold is None
+                                             else self.staleness_threshold)}, "Mode: ")
 
   @property
   def queue_depth(self) -> float:
