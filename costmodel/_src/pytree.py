@@ -107,17 +107,36 @@ def check_one_of(owner: str, allowed: Any, /, **values: Any) -> None:
 
   Numeric choices (``allowed`` all numbers) are pytree leaves: a concrete value
   (see :func:`is_concrete`) is checked element-wise, a traced one not at all.
-  Any other choice (names, static fields) is checked as a member of ``allowed``.
+  Any other choice (names, static fields, registry keys) is checked as a member
+  of ``allowed``.
+
+  Args:
+    owner: What holds the values (the message's prefix; none when empty).
+    allowed: The values allowed (a mapping: its keys).
+    **values: The values by field name.
+
+  Raises:
+    ValueError: ``{owner}: {name}={value!r} is not one of {allowed}``.
   """
   allowed = tuple(allowed)
+  prefix = f"{owner}: " if owner else ""
   if all(isinstance(a, numbers.Number) for a in allowed):
     for name, v in values.items():
       if is_concrete(v) and not np.all(np.isin(np.asarray(v, dtype=float), allowed)):
-        raise ValueError(f"{owner}: {name}={v!r} must be one of {allowed}")
+        raise ValueError(f"{prefix}{name}={v!r} must be one of {allowed}")
     return
   for name, v in values.items():
     if v not in allowed:
-      raise ValueError(f"{owner}: {name}={v!r} is not one of {allowed}")
+      raise ValueError(f"{prefix}{name}={v!r} is not one of {allowed}")
+
+
+def check_instance(owner: str, cls: type, /, *, optional: bool = False,
+                   **values: Any) -> None:
+  """Raises ValueError unless every value is a ``cls`` (or None when ``optional``)."""
+  for name, v in values.items():
+    if not (isinstance(v, cls) or (optional and v is None)):
+      raise ValueError(f"{owner}: {name}={v!r} must be a {cls.__name__}"
+                       + (" or None" if optional else ""))
 
 
 def replace(obj: T, **changes: Any) -> T:

@@ -64,8 +64,7 @@ class LoRA:
     if bad or not self.targets:
       raise ValueError(f"LoRA: targets={self.targets!r} must be a non-empty subset of "
                        f"{TARGETS}")
-    if self.sync not in SYNC_MODES:
-      raise ValueError(f"LoRA: sync={self.sync!r} is not one of {SYNC_MODES}")
+    pytree.check_one_of("LoRA", SYNC_MODES, sync=self.sync)
 
 
 ATTENTION_TARGETS = ("q", "k", "v", "o")

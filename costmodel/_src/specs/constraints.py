@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from costmodel._src import pytree
 from costmodel._src.specs.model import ModelSpec
 from costmodel._src.specs.rule_table import RULE_SETS
 from costmodel._src.specs.rule_table import RULES
@@ -69,9 +70,7 @@ def rules(scope: str, rule_sets: Sequence[str] = (), only: Sequence[str] | None 
 @functools.lru_cache(maxsize=256)
 def _rules(scope: str, rule_sets: tuple[str, ...], only: tuple[str, ...] | None
            ) -> tuple[Rule, ...]:
-  scopes = sorted({r.scope for r in RULES})
-  if scope not in scopes:
-    raise ValueError(f"scope={scope!r} is not one of {scopes}")
+  pytree.check_one_of("", sorted({r.scope for r in RULES}), scope=scope)
   for s in rule_sets:
     if s not in RULE_SETS:
       raise ValueError(f"rule_sets: {s!r} is not one of {RULE_SETS}")

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 import dataclasses
 
+from costmodel._src import pytree
 from costmodel._src.specs.job import RLJob
 from costmodel._src.specs.layout import Engine
 from costmodel._src.specs.layout import Parallel
@@ -177,8 +178,7 @@ def placement(name: str) -> Placement:
   Raises:
     ValueError: for an unknown name.
   """
-  if name not in _REGISTRY:
-    raise ValueError(f"placement={name!r} is not one of {tuple(_REGISTRY)}")
+  pytree.check_one_of("", _REGISTRY, placement=name)
   return _REGISTRY[name]
 
 

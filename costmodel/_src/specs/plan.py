@@ -142,27 +142,20 @@ class Mode:
     parts = ["sync" if self.staleness == 0 else f"async(k={self.queue_depth:g})"]
     if self.require_batches is not None:
       parts.append(f"stream({self.require_batches})")
-    if self.rollout_log_probs:
-      parts.append("rollout-logp")
-    if self.partial_rollout:
-      parts.append("partial")
-    if self.fuse_inference:
-      parts.append("fuse-infer")
-    if self.fuse_training:
-      parts.append("fuse-train")
+    parts += [tag for flag, tag in _MODE_TAGS if getattr(self, flag)]
     return "+".join(parts)
+
+
+# The flags of a Mode and the tags they add to its name, in order.
+_MODE_TAGS = (("rollout_log_probs", "rollout-logp"), ("partial_rollout", "partial"),
+              ("fuse_inference", "fuse-infer"), ("fuse_training", "fuse-train"))
 
 
 def required_roles(job: RLJob) -> tuple[str, ...]:
   """Roles the job's algorithm needs."""
-  roles = ["actor"]
-  if job.use_reference:
-    roles.append("reference")
-  if job.has_critic:
-    roles.append("critic")
-  if job.has_reward_model:
-    roles.append("reward")
-  return tuple(roles)
+  needed = {"actor": True, "reference": job.use_reference, "critic": job.has_critic,
+            "reward": job.has_reward_model}
+  return tuple(r for r in ROLES if needed[r])
 
 
 def role_model(job: RLJob, role: str) -> ModelSpec:
