@@ -76,9 +76,7 @@ class Placement:
     for role, pool in self.role_pools:
       if pool not in self.pools:
         raise ValueError(f"{where}: role {role!r} on pool={pool!r}, not one of {self.pools}")
-    if self.rollout_pool not in self.pools:
-      raise ValueError(f"{where}: rollout_pool={self.rollout_pool!r} is not one of "
-                       f"{self.pools}")
+    pytree.check_one_of(where, self.pools, rollout_pool=self.rollout_pool)
     if not self.modes:
       raise ValueError(f"{where}: modes must be non-empty")
     for role in self.requires:
@@ -92,10 +90,8 @@ class Placement:
 
   def pool_of(self, role: str) -> str:
     """The pool ``role`` sits on."""
-    for r, pool in self.role_pools:
-      if r == role:
-        return pool
-    raise ValueError(f"Placement {self.name!r}: role={role!r} is not one of {ROLES}")
+    pytree.check_one_of(f"Placement {self.name!r}", ROLES, role=role)
+    return dict(self.role_pools)[role]
 
   def allows(self, mode: Mode) -> bool:
     """Whether the family runs ``mode`` (its staleness and partial rollouts)."""

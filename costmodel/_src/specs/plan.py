@@ -311,8 +311,7 @@ def validate(plan: Plan, job: RLJob, cluster: Cluster, frameworks: tuple[str, ..
     raise ValueError(f"Plan: rollout_pool={plan.rollout_pool!r} is not one of {names}")
   seen = set()
   for r in plan.roles:
-    if r.role not in ROLES:
-      raise ValueError(f"Plan: role={r.role!r} is not one of {ROLES}")
+    pytree.check_one_of("Plan", ROLES, role=r.role)
     if r.role in seen:
       raise ValueError(f"Plan: role {r.role!r} is placed twice")
     seen.add(r.role)
@@ -322,7 +321,7 @@ def validate(plan: Plan, job: RLJob, cluster: Cluster, frameworks: tuple[str, ..
     r = plan.role(role)
     if r is None:
       raise ValueError(f"Plan: role {role!r} needed by algorithm={job.algorithm!r} has no pool")
-    if role in ("actor", "critic") and r.train is None:
+    if role in TRAINED_ROLES and r.train is None:
       raise ValueError(f"Plan: role {role!r} needs a train layout")
     if r.infer_layout is None:
       raise ValueError(f"Plan: role {role!r} needs an infer layout")
