@@ -24,6 +24,7 @@ from costmodel._src.ops.collectives import collective_time
 from costmodel._src.ops.efficiency import Efficiency
 from costmodel._src.ops.lora import LoRA
 from costmodel._src.ops.roofline import roofline
+from costmodel._src.pytree import check_one_of
 from costmodel._src.specs.cluster import Cluster
 from costmodel._src.specs.constraints import check_rules
 from costmodel._src.specs.constraints import engine_fields
@@ -83,6 +84,7 @@ __all__ = (
     "StageTimes",
     "build_plan",
     "calibrate",
+    "check_one_of",
     "check_rules",
     "collective_time",
     "engine_fields",

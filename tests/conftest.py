@@ -124,6 +124,31 @@ def grpo_job() -> cm.RLJob:
 
 
 @pytest.fixture(scope="session")
+def search_job() -> cm.RLJob:
+  """The search tests' problem: GRPO on Qwen2.5-1.5B, 128 prompts x 8 samples
+  (with ``cluster_2x8`` and ``compact_space``)."""
+  return cm.RLJob("grpo", cm.models.get("qwen2.5-1.5b"), prompts_per_step=128.0,
+                  samples_per_prompt=8.0, prompt_len=512.0,
+                  response=cm.ResponseLength.from_mean_max(1000.0, 4096.0))
+
+
+@pytest.fixture(scope="session")
+def compact_space():
+  """The search's compact space (few options per variable: fast to enumerate)."""
+  import search  # pylint: disable=g-import-not-at-top (only the search tests need it)
+  return search.SpaceOptions.compact()
+
+
+@pytest.fixture(scope="session")
+def split_search(search_job, cluster_2x8, compact_space):
+  """The search of ``search_job`` on ``cluster_2x8`` in the ``split`` family
+  (16 starts, 60 steps, seed 0, the compact space), run once per session."""
+  import search  # pylint: disable=g-import-not-at-top (only the search tests need it)
+  return search.optimize(search_job, cluster_2x8, families=["split"], starts=16, steps=60,
+                         seed=0, space=compact_space)
+
+
+@pytest.fixture(scope="session")
 def ppo_job() -> cm.RLJob:
   """A small PPO job (actor, critic, reference) on Qwen2.5-1.5B."""
   return cm.RLJob("ppo", cm.models.get("qwen2.5-1.5b"), prompts_per_step=64.0,

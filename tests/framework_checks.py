@@ -62,11 +62,12 @@ def type_ok(kind: str, v: Any) -> bool:
 # ----- veRL ----------------------------------------------------------------------
 
 
-def verl_keys(config: str) -> dict[str, str]:
-  cfg = load("verl")["configs"][config]
+def config_keys(framework: str, config: str) -> dict[str, str]:
+  """The keys of ``framework``'s ``config``: its defaults' keys (in order), then its own."""
+  cfg = load(framework)["configs"][config]
   keys = {}
   for base in cfg["defaults"]:
-    keys.update(verl_keys(base))
+    keys.update(config_keys(framework, base))
   keys.update(cfg["keys"])
   return keys
 
@@ -100,7 +101,7 @@ def check_verl(o: dict) -> list[str]:
             "one_step_off": "one_step_off_ppo_trainer"}[trainer]
   if megatron:
     config = config.replace("ppo_trainer", "ppo_megatron_trainer")
-  keys = verl_keys(config)
+  keys = config_keys("verl", config)
   bad = []
   for k, v in o.items():
     if k not in keys:
@@ -171,15 +172,6 @@ def check_verl(o: dict) -> list[str]:
 # ----- NeMo-RL ----------------------------------------------------------------------
 
 
-def nemo_keys(config: str) -> dict[str, str]:
-  cfg = load("nemo_rl")["configs"][config]
-  keys = {}
-  for base in cfg["defaults"]:
-    keys.update(nemo_keys(base))
-  keys.update(cfg["keys"])
-  return keys
-
-
 _NEMO_TYPED = (  # section of a config -> the typed configs that declare its fields
     (r"(policy|value)\.dtensor_cfg", ("DTensorConfig",)),
     (r"(policy|value)\.megatron_cfg\.optimizer", ("MegatronOptimizerConfig",)),
@@ -226,9 +218,10 @@ def check_nemo_rl(cfg: dict) -> list[str]:
   base = str(cfg.get("defaults", "")).removesuffix(".yaml")
   if base not in d["configs"]:
     return [f"defaults={cfg.get('defaults')!r}: not one of {sorted(d['configs'])}"]
-  keys = nemo_keys(base)
-  rm_env = {k: v for k, v in nemo_keys("grpo_rm_1B").items() if k.startswith("env.reward_model.")}
-  nulls = {k for c in d["configs"] for k, v in nemo_keys(c).items() if v == "null"}
+  keys = config_keys("nemo_rl", base)
+  rm_env = {k: v for k, v in config_keys("nemo_rl", "grpo_rm_1B").items()
+            if k.startswith("env.reward_model.")}
+  nulls = {k for c in d["configs"] for k, v in config_keys("nemo_rl", c).items() if v == "null"}
   bad = []
   flat = flatten({k: v for k, v in cfg.items() if k != "defaults"})
   for k, v in flat.items():

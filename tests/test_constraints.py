@@ -283,6 +283,19 @@ def test_mode_rule_comes_from_the_table():
     cm.Mode(partial_rollout=True)
 
 
+def test_staleness_threshold_rule_comes_from_the_table():
+  fields = {"staleness": np.array([0.0, 0.0, 1.0, 2.0]), "partial": np.zeros(4),
+            "threshold": np.array([np.nan, 0.5, 0.5, np.nan])}
+  np.testing.assert_array_equal(cm.rule_mask("mode", fields), [True, False, True, True])
+  np.testing.assert_array_equal(
+      cm.rule_violations("mode", fields)["threshold_needs_staleness"], [0.0, 1.0, 0.0, 0.0])
+  with pytest.raises(ValueError, match=r"Mode: staleness_threshold=0.5 needs staleness >= 1"):
+    cm.Mode(staleness_threshold=0.5)
+  with pytest.raises(ValueError, match=r"Mode: staleness_threshold=-0.1 must be a number >= 0"):
+    cm.Mode(staleness=1, staleness_threshold=-0.1)
+  assert cm.Mode(staleness=1, staleness_threshold=0.1).queue_depth == 0.1
+
+
 def test_unknown_scope_and_rule_names():
   with pytest.raises(ValueError, match=r"scope='layouts' is not one of"):
     cm.rule_mask("layouts", {})
@@ -353,14 +366,7 @@ def test_family_space_valid_rows_pass_validate():
   assert folded.any()
 
 
-def test_search_returns_only_plans_validate_accepts():
-  job = cm.RLJob("grpo", cm.models.get("qwen2.5-1.5b"), prompts_per_step=128.0,
-                 samples_per_prompt=8.0, prompt_len=512.0,
-                 response=cm.ResponseLength.from_mean_max(1000.0, 4096.0))
-  cluster = cm.Cluster(cm.hardware.get("H100"), gpus_per_node=8, nodes=2)
-  # The setting of tests/test_search.py (its compiled code is reused in one session).
-  res = search.optimize(job, cluster, families=["split"], starts=16, steps=60, seed=0,
-                        space=search.SpaceOptions.compact())
-  assert res.top
-  for plan, _ in res.top:
-    cm.validate_plan(plan, job, cluster)
+def test_search_returns_only_plans_validate_accepts(split_search, search_job, cluster_2x8):
+  assert split_search.top
+  for plan, _ in split_search.top:
+    cm.validate_plan(plan, search_job, cluster_2x8)

@@ -53,6 +53,17 @@ def split_async_grpo(staleness=2, partial=True):
   return plan, job, TWO_NODES
 
 
+def critic_apart_ppo():
+  """PPO with the actor, reference and engines on one node and the critic on
+  a second (a placement the named families do not hold)."""
+  pools = (cm.Pool("main", 8.0), cm.Pool("critic", 8.0))
+  p = cm.Parallel(micro_batch=1)
+  roles = (cm.RolePlan("actor", "main", train=p), cm.RolePlan("reference", "main", infer=p),
+           cm.RolePlan("critic", "critic", train=p))
+  plan = cm.Plan(pools=pools, roles=roles, engine=cm.Engine(tp=2), rollout_pool="main")
+  return plan, ppo_job(), TWO_NODES
+
+
 def to_openrlhf(*args, **kw):
   """OpenRLHF export letting vLLM pick max_num_seqs (OpenRLHF has no flag for it)."""
   return export.to_openrlhf(*args, vllm_default_max_seqs=True, **kw)
@@ -506,13 +517,8 @@ def test_verl_fsdp_refuses_tp_and_pp():
 
 
 def test_verl_refuses_what_only_resource_pool_spec_places():
-  job = ppo_job()
-  pools = (cm.Pool("main", 8.0), cm.Pool("critic", 8.0))
-  p = cm.Parallel(micro_batch=1)
-  roles = (cm.RolePlan("actor", "main", train=p), cm.RolePlan("reference", "main", infer=p),
-           cm.RolePlan("critic", "critic", train=p))
-  plan = cm.Plan(pools=pools, roles=roles, engine=cm.Engine(tp=2), rollout_pool="main")
-  refusal(lambda: export.to_verl(plan, job, TWO_NODES), "critic", "resource_pool_spec")
+  plan, job, cluster = critic_apart_ppo()
+  refusal(lambda: export.to_verl(plan, job, cluster), "critic", "resource_pool_spec")
 
 
 def test_verl_refuses_megatron_zero3_and_fsdp_selective():
@@ -556,12 +562,7 @@ def test_openrlhf_refusals():
   plan = cm.Plan.colocated(job, ONE_NODE, engine=cm.Engine(tp=2, pp=2))
   refusal(lambda: to_openrlhf(plan, job, ONE_NODE), "engine.pp=2")
   # vLLM engines on the actor's GPUs, the critic elsewhere: colocate_all would move it.
-  ppo = ppo_job()
-  pools = (cm.Pool("main", 8.0), cm.Pool("critic", 8.0))
-  p = cm.Parallel(micro_batch=1)
-  roles = (cm.RolePlan("actor", "main", train=p), cm.RolePlan("reference", "main", infer=p),
-           cm.RolePlan("critic", "critic", train=p))
-  plan = cm.Plan(pools=pools, roles=roles, engine=cm.Engine(tp=2), rollout_pool="main")
+  plan, ppo, _ = critic_apart_ppo()
   refusal(lambda: to_openrlhf(plan, ppo, TWO_NODES), "colocate_all", "critic")
   # One --ds.* layout for every model.
   plan = cm.Plan.colocated(ppo, TWO_NODES, train=cm.Parallel(tp=2), critic=cm.Parallel(tp=4),

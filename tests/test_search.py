@@ -22,31 +22,9 @@ FAMILY = "split"
 
 
 @pytest.fixture(scope="module")
-def job():
-  return cm.RLJob("grpo", cm.models.get("qwen2.5-1.5b"), prompts_per_step=128.0,
-                  samples_per_prompt=8.0, prompt_len=512.0,
-                  response=cm.ResponseLength.from_mean_max(1000.0, 4096.0))
-
-
-@pytest.fixture(scope="module")
-def cluster():
-  return cm.Cluster(cm.hardware.get("H100"), gpus_per_node=8, nodes=2)
-
-
-@pytest.fixture(scope="module")
-def space():
-  return search.SpaceOptions.compact()
-
-
-@pytest.fixture(scope="module")
-def result(job, cluster, space):
-  return search.optimize(job, cluster, families=[FAMILY], starts=16, steps=60, seed=0,
-                         space=space)
-
-
-@pytest.fixture(scope="module")
-def enumerated(job, cluster, space):
-  return search.enumerate_plans(job, cluster, FAMILY, space=space, chunk_size=16384)
+def enumerated(search_job, cluster_2x8, compact_space):
+  return search.enumerate_plans(search_job, cluster_2x8, FAMILY, space=compact_space,
+                                chunk_size=16384)
 
 
 def test_public_names():
@@ -54,40 +32,41 @@ def test_public_names():
     assert getattr(search, name) is not None, name
 
 
-def test_result_fields(result):
-  assert result.feasible and result.family == FAMILY
-  assert result.best_plan == result.top[0][0]
-  assert 1 <= len(result.top) <= 5
-  times = [float(e.step_time_s) for _, e in result.top]
+def test_result_fields(split_search):
+  assert split_search.feasible and split_search.family == FAMILY
+  assert split_search.best_plan == split_search.top[0][0]
+  assert 1 <= len(split_search.top) <= 5
+  times = [float(e.step_time_s) for _, e in split_search.top]
   assert times == sorted(times)
   assert len(set(np.float32(times))) == len(times)  # distinct plans
-  assert result.history[FAMILY].shape == (60,)
-  assert np.isfinite(result.history[FAMILY][-1])
-  assert np.isfinite(result.relaxed_bound_s[FAMILY])
-  assert result.evaluations > 100
-  assert result.best_by_family_s[FAMILY] == pytest.approx(times[0], rel=1e-6)
+  assert split_search.history[FAMILY].shape == (60,)
+  assert np.isfinite(split_search.history[FAMILY][-1])
+  assert np.isfinite(split_search.relaxed_bound_s[FAMILY])
+  assert split_search.evaluations > 100
+  assert split_search.best_by_family_s[FAMILY] == pytest.approx(times[0], rel=1e-6)
 
 
-def test_top_plans_are_valid_and_feasible(result, job, cluster):
-  for (plan, est), fam in zip(result.top, result.top_families, strict=True):
-    cm.validate_plan(plan, job, cluster)
+def test_top_plans_are_valid_and_feasible(split_search, search_job, cluster_2x8):
+  for (plan, est), fam in zip(split_search.top, split_search.top_families, strict=True):
+    cm.validate_plan(plan, search_job, cluster_2x8)
     assert bool(est.feasible) and fam == FAMILY
     assert not est.violations
   # The batched evaluation agrees with a direct call of the cost model.
-  exact = cm.estimate(job, result.best_plan, cluster)
-  assert float(exact.step_time_s) == pytest.approx(float(result.best_estimate.step_time_s),
+  exact = cm.estimate(search_job, split_search.best_plan, cluster_2x8)
+  assert float(exact.step_time_s) == pytest.approx(float(split_search.best_estimate.step_time_s),
                                                    rel=1e-5)
 
 
-def test_rounded_candidates_pass_validation(job, cluster, space):
-  fs = space_lib.build(FAMILY, job, cluster, space)
+def test_rounded_candidates_pass_validation(search_job, cluster_2x8, compact_space):
+  fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)
   rng = np.random.default_rng(1)
-  x0, lo, hi = fs.init_relaxed(rng, 16)  # the shapes of ``result``: no recompilation
-  out = relax.run(fs, job, cluster, cm.Efficiency(), x0, lo, hi, relax.RelaxConfig(steps=60))
+  x0, lo, hi = fs.init_relaxed(rng, 16)  # the shapes of ``split_search``: no recompilation
+  out = relax.run(fs, search_job, cluster_2x8, cm.Efficiency(), x0, lo, hi,
+                  relax.RelaxConfig(steps=60))
   cand = rounding.candidates(fs, out.values, rng)
   assert len(cand) > 16
   for row in cand[rng.choice(len(cand), size=min(len(cand), 150), replace=False)]:
-    cm.validate_plan(fs.to_plan(row), job, cluster)
+    cm.validate_plan(fs.to_plan(row), search_job, cluster_2x8)
   # Every candidate sits on the option grid of each variable.
   for j, var in enumerate(fs.vars):
     assert np.isin(cand[:, j], var.options).all(), var.name
@@ -96,46 +75,47 @@ def test_rounded_candidates_pass_validation(job, cluster, space):
   assert np.all(scores.excess[scores.feasible] <= 1e-6)
 
 
-def test_same_seed_same_plan(result, job, cluster, space):
-  again = search.optimize(job, cluster, families=[FAMILY], starts=16, steps=60, seed=0,
-                          space=space)
-  assert again.best_plan == result.best_plan
-  assert float(again.best_estimate.step_time_s) == float(result.best_estimate.step_time_s)
-  np.testing.assert_array_equal(again.history[FAMILY], result.history[FAMILY])
+def test_same_seed_same_plan(split_search, search_job, cluster_2x8, compact_space):
+  again = search.optimize(search_job, cluster_2x8, families=[FAMILY], starts=16, steps=60, seed=0,
+                          space=compact_space)
+  assert again.best_plan == split_search.best_plan
+  assert float(again.best_estimate.step_time_s) == float(split_search.best_estimate.step_time_s)
+  np.testing.assert_array_equal(again.history[FAMILY], split_search.history[FAMILY])
 
 
-def test_search_within_two_percent_of_enumeration(result, enumerated):
+def test_search_within_two_percent_of_enumeration(split_search, enumerated):
   assert enumerated.best_plan is not None
-  best = float(result.best_estimate.step_time_s)
+  best = float(split_search.best_estimate.step_time_s)
   assert best >= enumerated.best_step_time_s * (1 - 1e-5)  # enumeration is the optimum
   assert best <= enumerated.best_step_time_s * 1.02
 
 
-def test_enumeration_counts_the_valid_space(enumerated, job, cluster, space):
-  size = search.space_size(job, cluster, FAMILY, space)
+def test_enumeration_counts_the_valid_space(enumerated, search_job, cluster_2x8, compact_space):
+  size = search.space_size(search_job, cluster_2x8, FAMILY, compact_space)
   assert enumerated.space_size == size
   assert enumerated.evaluations >= size
   assert 10_000 < size < 2_000_000
 
 
-def test_enumeration_chunk_size_does_not_change_the_optimum(job, cluster, space):
-  a = search.enumerate_plans(job, cluster, FAMILY, space=space, chunk_size=2048)
-  b = search.enumerate_plans(job, cluster, FAMILY, space=space, chunk_size=16384)
+def test_enumeration_chunk_size_does_not_change_the_optimum(search_job, cluster_2x8, compact_space):
+  a = search.enumerate_plans(search_job, cluster_2x8, FAMILY, space=compact_space, chunk_size=2048)
+  b = search.enumerate_plans(search_job, cluster_2x8, FAMILY, space=compact_space, chunk_size=16384)
   assert a.best_plan == b.best_plan
   assert a.best_step_time_s == pytest.approx(b.best_step_time_s, rel=1e-6)
   assert [float(e.step_time_s) for _, e in a.top] == pytest.approx(
       [float(e.step_time_s) for _, e in b.top], rel=1e-6)
 
 
-def test_enumeration_refuses_a_space_above_max_plans(job, cluster, space):
+def test_enumeration_refuses_a_space_above_max_plans(search_job, cluster_2x8, compact_space):
   with pytest.raises(ValueError, match="max_plans"):
-    search.enumerate_plans(job, cluster, FAMILY, space=space, max_plans=10)
+    search.enumerate_plans(search_job, cluster_2x8, FAMILY, space=compact_space, max_plans=10)
 
 
-def test_impossible_job_names_the_stage(job, cluster, space):
+def test_impossible_job_names_the_stage(search_job, cluster_2x8, compact_space):
   # Responses of 2M tokens: one sequence's KV cache alone outgrows a GPU.
-  huge = job.replace(response=cm.ResponseLength.from_mean_max(1.0e6, 2.0e6))
-  res = search.optimize(huge, cluster, families=[FAMILY], starts=16, steps=60, space=space)
+  huge = search_job.replace(response=cm.ResponseLength.from_mean_max(1.0e6, 2.0e6))
+  res = search.optimize(huge, cluster_2x8, families=[FAMILY], starts=16, steps=60,
+                        space=compact_space)
   assert res.best_plan is None and not res.feasible
   assert res.top == ()
   assert re.search(r"stage '\w+' on pool '\w+' needs [0-9.]+ GiB per GPU .* short by "
@@ -148,24 +128,24 @@ def test_impossible_job_names_the_stage(job, cluster, space):
     (dict(top_k=0), "top_k=0"),
     (dict(families=["nope"]), "family='nope'"),
 ])
-def test_bad_arguments_raise(job, cluster, kwargs, match):
+def test_bad_arguments_raise(search_job, cluster_2x8, kwargs, match):
   with pytest.raises(ValueError, match=match):
-    search.optimize(job, cluster, **kwargs)
+    search.optimize(search_job, cluster_2x8, **kwargs)
 
 
-def test_split3_needs_a_critic(job, cluster):
-  assert space_lib.build("split3", job, cluster) is None
-  assert "split3" not in search.default_families(job)
-  assert "split3" in search.default_families(cm.RLJob("ppo", job.actor))
+def test_split3_needs_a_critic(search_job, cluster_2x8):
+  assert space_lib.build("split3", search_job, cluster_2x8) is None
+  assert "split3" not in search.default_families(search_job)
+  assert "split3" in search.default_families(cm.RLJob("ppo", search_job.actor))
 
 
-def test_relaxed_values_respect_bounds(job, cluster):
-  fs = space_lib.build(FAMILY, job, cluster)
+def test_relaxed_values_respect_bounds(search_job, cluster_2x8):
+  fs = space_lib.build(FAMILY, search_job, cluster_2x8)
   x0, lo, hi = fs.init_relaxed(np.random.default_rng(0), 64)
   assert np.all(x0 >= lo - 1e-9) and np.all(x0 <= hi + 1e-9)
   v = np.asarray(jax.vmap(fs.relaxed_values)(x0))
   pools = v[:, [fs.index("pool.gen"), fs.index("pool.train")]]
-  np.testing.assert_allclose(pools.sum(-1), cluster.n_gpus, rtol=1e-5)
+  np.testing.assert_allclose(pools.sum(-1), cluster_2x8.n_gpus, rtol=1e-5)
   mf = v[:, fs.index("engine.memory_fraction")]
   assert np.all((mf > 0.3 - 1e-6) & (mf < 0.95 + 1e-6))
   zero3 = x0[:, fs.index("actor.zero")] == 3

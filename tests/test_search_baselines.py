@@ -7,33 +7,21 @@ import search
 
 
 @pytest.fixture(scope="module")
-def job():
-  return cm.RLJob("grpo", cm.models.get("qwen2.5-1.5b"), prompts_per_step=128.0,
-                  samples_per_prompt=8.0, prompt_len=512.0,
-                  response=cm.ResponseLength.from_mean_max(1000.0, 4096.0))
-
-
-@pytest.fixture(scope="module")
-def cluster():
-  return cm.Cluster(cm.hardware.get("H100"), gpus_per_node=8, nodes=2)
-
-
-@pytest.fixture(scope="module")
-def rules(job, cluster):
-  return {r.method: r for r in search.rules_of_thumb(job, cluster, max_staleness=1,
+def rules(search_job, cluster_2x8):
+  return {r.method: r for r in search.rules_of_thumb(search_job, cluster_2x8, max_staleness=1,
                                                       partial_rollout=True)}
 
 
-def test_every_rule_returns_a_valid_feasible_plan(rules, job, cluster):
+def test_every_rule_returns_a_valid_feasible_plan(rules, search_job, cluster_2x8):
   assert set(rules) == {"verl", "openrlhf", "areal", "kv_fit"}
   for r in rules.values():
     assert r.feasible and r.best_plan is not None, r.method
-    cm.validate_plan(r.best_plan, job, cluster)
+    cm.validate_plan(r.best_plan, search_job, cluster_2x8)
     assert bool(r.best_estimate.feasible)
     assert r.best_step_time_s == pytest.approx(float(r.best_estimate.step_time_s))
 
 
-def test_rule_layouts(rules, cluster):
+def test_rule_layouts(rules, cluster_2x8):
   verl = rules["verl"].best_plan
   assert verl.pool_names == ("all",) and float(verl.engine.tp) == 2.0
   assert float(verl.engine.memory_fraction) == 0.5
@@ -48,30 +36,32 @@ def test_rule_layouts(rules, cluster):
   gen = float(kv.best_plan.pool("gen").gpus)
   replicas = gen / float(kv.best_plan.engine.tp * kv.best_plan.engine.pp)
   assert float(kv.best_estimate.gen_concurrency) * replicas >= 128 * 8 - 1e-3
-  assert gen + float(kv.best_plan.pool("train").gpus) <= cluster.n_gpus
+  assert gen + float(kv.best_plan.pool("train").gpus) <= cluster_2x8.n_gpus
 
 
-def test_openrlhf_splits_three_ways_with_a_critic(cluster):
+def test_openrlhf_splits_three_ways_with_a_critic(cluster_2x8):
   ppo = cm.RLJob("ppo", cm.models.get("qwen2.5-1.5b"), prompts_per_step=64.0,
                  samples_per_prompt=4.0, prompt_len=512.0,
                  response=cm.ResponseLength.from_mean_max(1000.0, 4096.0))
-  r = search.rules_of_thumb(ppo, cluster)[1]
+  r = search.rules_of_thumb(ppo, cluster_2x8)[1]
   assert r.method == "openrlhf" and r.family == "split3" and r.feasible
   # A third of 16 GPUs is 5.3; a training pool whose data-parallel degree can
   # divide 256 samples holds a power of two (4); the engines take the rest.
   assert [float(p.gpus) for p in r.best_plan.pools] == [8.0, 4.0, 4.0]
 
 
-def test_random_search_and_annealing_never_beat_enumeration(job, cluster):
-  space = search.SpaceOptions.compact()
-  exact = search.enumerate_plans(job, cluster, "colocated", space=space, chunk_size=2048)
-  rnd = search.random_search(job, cluster, "colocated", budget_s=0.5, seed=0, space=space,
-                             batch=2048)
-  sa = search.simulated_annealing(job, cluster, "colocated", budget_s=0.5, seed=0,
+def test_random_search_and_annealing_never_beat_enumeration(search_job, cluster_2x8,
+                                                           compact_space):
+  space = compact_space
+  exact = search.enumerate_plans(search_job, cluster_2x8, "colocated", space=space,
+                                 chunk_size=2048)
+  rnd = search.random_search(search_job, cluster_2x8, "colocated", budget_s=0.5, seed=0,
+                             space=space, batch=2048)
+  sa = search.simulated_annealing(search_job, cluster_2x8, "colocated", budget_s=0.5, seed=0,
                                   space=space, chains=2048)
   for res in (rnd, sa):
     assert res.best_plan is not None
-    cm.validate_plan(res.best_plan, job, cluster)
+    cm.validate_plan(res.best_plan, search_job, cluster_2x8)
     assert bool(res.best_estimate.feasible)
     assert res.best_step_time_s >= exact.best_step_time_s * (1 - 1e-6)
     assert res.evaluations >= 2048

@@ -16,45 +16,29 @@ from search._src import result as result_lib
 from search._src import space as space_lib
 
 
-@pytest.fixture(scope="module")
-def job():
-  return cm.RLJob("grpo", cm.models.get("qwen2.5-1.5b"), prompts_per_step=128.0,
-                  samples_per_prompt=8.0, prompt_len=512.0,
-                  response=cm.ResponseLength.from_mean_max(1000.0, 4096.0))
-
-
-@pytest.fixture(scope="module")
-def cluster():
-  return cm.Cluster(cm.hardware.get("H100"), gpus_per_node=8, nodes=2)
-
-
-@pytest.fixture(scope="module")
-def compact():
-  return search.SpaceOptions.compact()
-
-
-def test_pool_sizes_follow_the_rules(job, cluster):
+def test_pool_sizes_follow_the_rules(search_job, cluster_2x8):
   # 1,024 samples: a training pool is dp x 2^k with dp dividing 1,024 (a power of
   # two); the rollout pool any count up to the 15 GPUs the other pool leaves.
-  fs = space_lib.build("split", job, cluster)
+  fs = space_lib.build("split", search_job, cluster_2x8)
   np.testing.assert_array_equal(fs.var("pool.gen").options, np.arange(1.0, 16.0))
   np.testing.assert_array_equal(fs.var("pool.train").options, [1.0, 2.0, 4.0, 8.0])
   # 96 samples (3 x 32): 6, 12 and 3 train too, 5 and 10 do not.
-  odd = job.replace(prompts_per_step=12.0)
-  train = space_lib.build("split", odd, cluster).var("pool.train").options
+  odd = search_job.replace(prompts_per_step=12.0)
+  train = space_lib.build("split", odd, cluster_2x8).var("pool.train").options
   assert {3.0, 6.0, 12.0} <= set(train) and not {5.0, 10.0} & set(train)
   # Ray groups of nnodes x n_gpus_per_node: 15 GPUs on 2 nodes of 8 are not uniform.
-  uniform = space_lib.pool_sizes(cluster, "uniform")
+  uniform = space_lib.pool_sizes(cluster_2x8, "uniform")
   assert 14.0 in uniform and 15.0 not in uniform and 7.0 in uniform
-  whole = space_lib.pool_sizes(cluster, "whole")
+  whole = space_lib.pool_sizes(cluster_2x8, "whole")
   np.testing.assert_array_equal(whole, [8.0, 16.0])
 
 
-def test_batch_rule_drops_layouts_whose_dp_does_not_divide_the_batch(job, cluster):
-  odd = job.replace(prompts_per_step=9.0)  # 72 samples per mini-batch: dp 16 does not divide
+def test_batch_rule_drops_layouts_whose_dp_does_not_divide_the_batch(search_job, cluster_2x8,
+                                                                     compact_space):
+  odd = search_job.replace(prompts_per_step=9.0)  # 72 samples per mini-batch: dp 16 doesn't divide
 
   def dps(rule_sets):
-    fs = space_lib.build("colocated", odd, cluster, search.SpaceOptions.compact(),
+    fs = space_lib.build("colocated", odd, cluster_2x8, compact_space,
                          rule_sets=rule_sets)
     rows = baselines._Blocks(fs).sample(np.random.default_rng(0), 400)
     return set(16.0 / (rows[:, fs.index("actor.tp")] * rows[:, fs.index("actor.pp")]
@@ -65,23 +49,23 @@ def test_batch_rule_drops_layouts_whose_dp_does_not_divide_the_batch(job, cluste
 
 
 @pytest.mark.parametrize("name", fw_lib.NAMES[1:])
-def test_plans_the_space_admits_export(name, job, cluster):
+def test_plans_the_space_admits_export(name, search_job, cluster_2x8, compact_space):
   # Random valid plans of every family the framework runs (any mode) export.
   fw = fw_lib.get(name)
   rng = np.random.default_rng(1)
-  for fam in fw_lib.families_for(job, name, max_staleness=1, partial_rollout=True):
-    fs = fw.build(fam, job, cluster, search.SpaceOptions.compact())
+  for fam in fw_lib.families_for(search_job, name, max_staleness=1, partial_rollout=True):
+    fs = fw.build(fam, search_job, cluster_2x8, compact_space)
     rows = baselines._Blocks(fs).sample(rng, 40)
     assert len(rows), fam
     for row in rows:
       plan = fs.to_plan(row)
-      err = fw_lib.export_error(name, plan, job, cluster)
+      err = fw_lib.export_error(name, plan, search_job, cluster_2x8)
       assert err is None, (fam, err)
 
 
-def test_ties_give_the_critic_the_actors_settings(cluster):
+def test_ties_give_the_critic_the_actors_settings(cluster_2x8, compact_space):
   ppo = cm.RLJob("ppo", cm.models.get("qwen2.5-1.5b"), prompts_per_step=64.0)
-  fs = fw_lib.get("openrlhf").build("split_async", ppo, cluster, search.SpaceOptions.compact())
+  fs = fw_lib.get("openrlhf").build("split_async", ppo, cluster_2x8, compact_space)
   assert fs.index("critic.tp") == fs.index("actor.tp")
   assert len(fs.var("critic.tp").options) > 1  # the actor's options
   rows = baselines._Blocks(fs).sample(np.random.default_rng(2), 20)
@@ -95,71 +79,65 @@ def test_ties_give_the_critic_the_actors_settings(cluster):
 
 
 @pytest.mark.parametrize("name", fw_lib.NAMES[1:])
-def test_searched_best_plan_exports(name, job, cluster, compact):
-  res = search.optimize(job, cluster, families=["split"], starts=4, steps=10, seed=0,
-                        space=compact, framework=name, top_k=3)
+def test_searched_best_plan_exports(name, search_job, cluster_2x8, compact_space):
+  res = search.optimize(search_job, cluster_2x8, families=["split"], starts=4, steps=10, seed=0,
+                        space=compact_space, framework=name, top_k=3)
   assert res.feasible and res.framework == name
   assert name in res.accepted_by
   for plan, _ in res.top:
-    opts = fw_lib.export_options(name, plan, job, cluster)
+    opts = fw_lib.export_options(name, plan, search_job, cluster_2x8)
     assert opts is not None
-    text = export.get(name).export(plan, job, cluster, **opts)
+    text = export.get(name).export(plan, search_job, cluster_2x8, **opts)
     assert text.startswith("#")
 
 
-def test_unknown_framework_and_family_outside_the_mode(job, cluster):
+def test_unknown_framework_and_family_outside_the_mode(search_job, cluster_2x8):
   with pytest.raises(ValueError, match=r"framework='megatron' is not one of"):
-    search.optimize(job, cluster, framework="megatron")
+    search.optimize(search_job, cluster_2x8, framework="megatron")
   with pytest.raises(ValueError, match=r"family='split_async' is outside the space"):
-    search.optimize(job, cluster, families=["split_async"])
+    search.optimize(search_job, cluster_2x8, families=["split_async"])
   with pytest.raises(ValueError, match=r"partial_rollout=True needs max_staleness >= 1"):
-    search.optimize(job, cluster, partial_rollout=True)
+    search.optimize(search_job, cluster_2x8, partial_rollout=True)
 
 
-def test_modes_gate_the_families(job):
-  assert fw_lib.families_for(job, "any") == ("colocated", "split")
-  assert fw_lib.families_for(job, "any", 1) == ("colocated", "split", "split_async")
-  assert fw_lib.families_for(job, "any", 1, True)[-1] == "split_async_partial"
-  assert fw_lib.families_for(job, "areal", 1, True) == ("split", "split_async_partial")
-  assert search.default_families(job) == fw_lib.families_for(job, "any", 1, True)
-
-
-@pytest.fixture(scope="module")
-def on_policy(job, cluster, compact):
-  return search.optimize(job, cluster, families=["split"], starts=16, steps=60, seed=0,
-                         space=compact)
+def test_modes_gate_the_families(search_job):
+  assert fw_lib.families_for(search_job, "any") == ("colocated", "split")
+  assert fw_lib.families_for(search_job, "any", 1) == ("colocated", "split", "split_async")
+  assert fw_lib.families_for(search_job, "any", 1, True)[-1] == "split_async_partial"
+  assert fw_lib.families_for(search_job, "areal", 1, True) == ("split", "split_async_partial")
+  assert search.default_families(search_job) == fw_lib.families_for(search_job, "any", 1, True)
 
 
 @pytest.fixture(scope="module")
-def off_policy(job, cluster, compact):
-  return search.optimize(job, cluster, families=["split", "split_async"], starts=16, steps=60,
-                         seed=0, space=compact, max_staleness=1)
+def off_policy(search_job, cluster_2x8, compact_space):
+  return search.optimize(search_job, cluster_2x8, families=["split", "split_async"], starts=16,
+                         steps=60, seed=0, space=compact_space, max_staleness=1)
 
 
-def test_default_search_is_on_policy(on_policy):
-  assert on_policy.on_policy is None
-  assert set(on_policy.top_families) == {"split"}
-  assert all(p.mode.staleness == 0 for p, _ in on_policy.top)
-  assert on_policy.compile_time_s <= on_policy.wall_time_s
-  assert on_policy.search_time_s == pytest.approx(
-      on_policy.wall_time_s - on_policy.compile_time_s)
+def test_default_search_is_on_policy(split_search):
+  assert split_search.on_policy is None
+  assert set(split_search.top_families) == {"split"}
+  assert all(p.mode.staleness == 0 for p, _ in split_search.top)
+  assert split_search.compile_time_s <= split_search.wall_time_s
+  assert split_search.search_time_s == pytest.approx(
+      split_search.wall_time_s - split_search.compile_time_s)
 
 
-def test_staleness_allows_async_and_reports_the_on_policy_best(off_policy, on_policy):
+def test_staleness_allows_async_and_reports_the_on_policy_best(off_policy, split_search):
   assert "split_async" in off_policy.history
   sync = off_policy.on_policy
   assert sync is not None and sync.feasible and sync.family == "split"
   assert sync.best_plan.mode.staleness == 0
   # The same split family and seed: the on-policy best is the on-policy search's.
-  assert sync.best_step_time_s == pytest.approx(on_policy.best_step_time_s, rel=1e-6)
+  assert sync.best_step_time_s == pytest.approx(split_search.best_step_time_s, rel=1e-6)
   assert off_policy.best_step_time_s <= sync.best_step_time_s * (1 + 1e-6)
   assert any(p.mode.staleness == 1 for p, _ in off_policy.top)
 
 
-def test_rules_of_thumb_keep_the_users_mode(job, cluster):
-  names = [r.method for r in search.rules_of_thumb(job, cluster)]
+def test_rules_of_thumb_keep_the_users_mode(search_job, cluster_2x8):
+  names = [r.method for r in search.rules_of_thumb(search_job, cluster_2x8)]
   assert "areal" not in names and {"verl", "openrlhf", "kv_fit"} <= set(names)
-  names = [r.method for r in search.rules_of_thumb(job, cluster, max_staleness=1,
+  names = [r.method for r in search.rules_of_thumb(search_job, cluster_2x8, max_staleness=1,
                                                     partial_rollout=True)]
   assert "areal" in names
 
@@ -175,9 +153,9 @@ def test_top_plans_differ_in_placement_or_degree(off_policy):
     assert any(w in diff for w in ("family", "pool", " tp ", " pp ", " cp ", " ep "))
 
 
-def test_differences_name_what_changed(job, cluster):
-  a = cm.build_plan("split", job, {"gen": 8.0, "train": 8.0})
-  b = cm.build_plan("split", job, {"gen": 6.0, "train": 8.0},
+def test_differences_name_what_changed(search_job, cluster_2x8):
+  a = cm.build_plan("split", search_job, {"gen": 8.0, "train": 8.0})
+  b = cm.build_plan("split", search_job, {"gen": 6.0, "train": 8.0},
                     train={"actor": cm.Parallel(tp=2.0)})
   assert result_lib.differences(b, "split", a, "split") == (
       "pool gen 8->6, actor tp 1->2, reference tp 1->2")

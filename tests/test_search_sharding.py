@@ -8,7 +8,6 @@ import textwrap
 
 import numpy as np
 
-import costmodel as cm
 import search
 
 _SCRIPT = textwrap.dedent("""
@@ -36,18 +35,14 @@ _SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_sharded_search_matches_single_device():
+def test_sharded_search_matches_single_device(search_job, cluster_2x8, compact_space):
   env = dict(os.environ)
   env.pop("XLA_FLAGS", None)
   proc = subprocess.Popen([sys.executable, "-c", _SCRIPT], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, env=env)
   # Meanwhile, the same search on this process's single device.
-  job = cm.RLJob("grpo", cm.models.get("qwen2.5-1.5b"), prompts_per_step=128.0,
-                 samples_per_prompt=8.0, prompt_len=512.0,
-                 response=cm.ResponseLength.from_mean_max(1000.0, 4096.0))
-  cluster = cm.Cluster(cm.hardware.get("H100"), gpus_per_node=8, nodes=2)
-  single = search.optimize(job, cluster, families=["split"], starts=16, steps=60, seed=0,
-                           space=search.SpaceOptions.compact())
+  single = search.optimize(search_job, cluster_2x8, families=["split"], starts=16, steps=60,
+                           seed=0, space=compact_space)
   out, err = proc.communicate(timeout=600)
   assert proc.returncode == 0, err[-3000:]
   sharded = json.loads(out.strip().splitlines()[-1])

@@ -45,31 +45,98 @@ def is_concrete(x: Any) -> bool:
   return isinstance(x, (bool, numbers.Number, np.ndarray, np.generic))
 
 
-def check_positive(owner: str, **values: Any) -> None:
-  """Raises ValueError unless every concrete value is finite and > 0."""
+def _check_concrete(owner: str, values: dict[str, Any], holds, rule: str) -> None:
+  """Raises ``{owner}: {name}={value} must {rule}`` unless every concrete value is
+  finite and ``holds`` (an element-wise test on a float array)."""
   for name, v in values.items():
     if is_concrete(v):
       arr = np.asarray(v, dtype=float)
-      if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
-        raise ValueError(f"{owner}: {name}={v!r} must be a finite number > 0")
+      if not (np.all(np.isfinite(arr)) and np.all(holds(arr))):
+        raise ValueError(f"{owner}: {name}={v!r} must {rule}")
+
+
+def check_positive(owner: str, **values: Any) -> None:
+  """Raises ValueError unless every concrete value is finite and > 0."""
+  _check_concrete(owner, values, lambda a: a > 0, "be a finite number > 0")
 
 
 def check_nonnegative(owner: str, **values: Any) -> None:
   """Raises ValueError unless every concrete value is finite and >= 0."""
-  for name, v in values.items():
-    if is_concrete(v):
-      arr = np.asarray(v, dtype=float)
-      if not np.all(np.isfinite(arr)) or np.any(arr < 0):
-        raise ValueError(f"{owner}: {name}={v!r} must be a finite number >= 0")
+  _check_concrete(owner, values, lambda a: a >= 0, "be a finite number >= 0")
 
 
 def check_fraction(owner: str, **values: Any) -> None:
   """Raises ValueError unless every concrete value lies in (0, 1]."""
+  _check_concrete(owner, values, lambda a: (a > 0) & (a <= 1), "lie in (0, 1]")
+
+
+def check_share(owner: str, **values: Any) -> None:
+  """Raises ValueError unless every concrete value lies in [0, 1]."""
+  _check_concrete(owner, values, lambda a: (a >= 0) & (a <= 1), "lie in [0, 1]")
+
+
+def check_at_least(owner: str, minimum: float, /, **values: Any) -> None:
+  """Raises ValueError unless every concrete value is finite and >= ``minimum``."""
+  _check_concrete(owner, values, lambda a: a >= minimum, f"be >= {minimum:g}")
+
+
+def check_integer(owner: str, minimum: int, /, *, rule: str = "", **values: Any) -> None:
+  """Raises ValueError unless every value is a Python ``int`` (not a bool) >= ``minimum``.
+
+  Args:
+    owner: What holds the values (the message's prefix).
+    minimum: The smallest value allowed.
+    rule: The rule as the message states it (default ``an integer >= minimum``).
+    **values: The values by field name.
+  """
   for name, v in values.items():
-    if is_concrete(v):
-      arr = np.asarray(v, dtype=float)
-      if not np.all(np.isfinite(arr)) or np.any(arr <= 0) or np.any(arr > 1):
-        raise ValueError(f"{owner}: {name}={v!r} must lie in (0, 1]")
+    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+      raise ValueError(f"{owner}: {name}={v!r} must be {rule or f'an integer >= {minimum}'}")
+
+
+def check_number(owner: str, minimum: float, /, **values: Any) -> None:
+  """Raises ValueError unless every value is a Python number (not a bool) >= ``minimum``
+  (static fields; NaN fails)."""
+  for name, v in values.items():
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= minimum:
+      raise ValueError(f"{owner}: {name}={v!r} must be a number >= {minimum:g}")
+
+
+def check_one_of(owner: str, allowed: Any, /, **values: Any) -> None:
+  """Raises ValueError unless every value is one of ``allowed``.
+
+  Numeric choices (``allowed`` all numbers) are pytree leaves: a concrete value
+  (see :func:`is_concrete`) is checked element-wise, a traced one not at all.
+  Any other choice (names, static fields, registry keys) is checked as a member
+  of ``allowed``.
+
+  Args:
+    owner: What holds the values (the message's prefix; none when empty).
+    allowed: The values allowed (a mapping: its keys).
+    **values: The values by field name.
+
+  Raises:
+    ValueError: ``{owner}: {name}={value!r} is not one of {allowed}``.
+  """
+  allowed = tuple(allowed)
+  prefix = f"{owner}: " if owner else ""
+  if all(isinstance(a, numbers.Number) for a in allowed):
+    for name, v in values.items():
+      if is_concrete(v) and not np.all(np.isin(np.asarray(v, dtype=float), allowed)):
+        raise ValueError(f"{prefix}{name}={v!r} must be one of {allowed}")
+    return
+  for name, v in values.items():
+    if v not in allowed:
+      raise ValueError(f"{prefix}{name}={v!r} is not one of {allowed}")
+
+
+def check_instance(owner: str, cls: type, /, *, optional: bool = False,
+                   **values: Any) -> None:
+  """Raises ValueError unless every value is a ``cls`` (or None when ``optional``)."""
+  for name, v in values.items():
+    if not (isinstance(v, cls) or (optional and v is None)):
+      raise ValueError(f"{owner}: {name}={v!r} must be a {cls.__name__}"
+                       + (" or None" if optional else ""))
 
 
 def replace(obj: T, **changes: Any) -> T:

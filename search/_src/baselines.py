@@ -95,25 +95,42 @@ class _TopK:
     self.ranked = result_lib.Ranked(*(a[:self.k] for a in merged))
 
 
-def _result(method, fs, ev, top: _TopK, size, t0, top_k) -> SearchResult:
-  r = top.ranked
-  plans = []
-  if r is not None and r.feasible.any():
-    plans = result_lib.exact_plans(ev, r.values[np.flatnonzero(r.feasible)[:top_k]])
-  best = plans[0] if plans else (None, None)
-  reason = None
-  if not plans:
-    reason = f"no feasible plan found in family {fs.family!r}"
-    if r is not None and len(r.values):
-      est = ev.estimates(r.values[:1])[0]
-      reason += "; the least-bad: " + result_lib.least_bad_reason(est)
-  return SearchResult(method=method, family=fs.family, best_plan=best[0],
-                      best_estimate=best[1], top=tuple(plans),
-                      top_families=(fs.family,) * len(plans), evaluations=ev.count,
-                      space_size=size, wall_time_s=time.perf_counter() - t0,
-                      infeasible_reason=reason,
-                      best_by_family_s={fs.family: float(best[1].step_time_s) if plans
-                                        else np.inf})
+class _Run:
+  """One baseline run: the clock, the family's valid space, its exact
+  evaluator (``chunk`` rows per compiled call) and the running top-k."""
+
+  def __init__(self, job, cluster, family, space, efficiency, chunk: int, top_k: int):
+    self.t0 = time.perf_counter()
+    self.fs = _family_space(job, cluster, family, space)
+    self.blocks = _Blocks(self.fs)
+    self.ev = evaluate.Evaluator(self.fs, efficiency, chunk=chunk)
+    self.top = _TopK(top_k)
+    self.top_k = top_k
+
+  def elapsed_s(self) -> float:
+    return time.perf_counter() - self.t0
+
+  def result(self, method: str, size: int = 0) -> SearchResult:
+    """The run's :class:`SearchResult`: its top feasible plans scored exactly,
+    or why none was found (the least-bad plan's violations)."""
+    fs, ev, r = self.fs, self.ev, self.top.ranked
+    plans = []
+    if r is not None and r.feasible.any():
+      plans = result_lib.exact_plans(ev, r.values[np.flatnonzero(r.feasible)[:self.top_k]])
+    best = plans[0] if plans else (None, None)
+    reason = None
+    if not plans:
+      reason = f"no feasible plan found in family {fs.family!r}"
+      if r is not None and len(r.values):
+        est = ev.estimates(r.values[:1])[0]
+        reason += "; the least-bad: " + result_lib.least_bad_reason(est)
+    return SearchResult(method=method, family=fs.family, best_plan=best[0],
+                        best_estimate=best[1], top=tuple(plans),
+                        top_families=(fs.family,) * len(plans), evaluations=ev.count,
+                        space_size=size, wall_time_s=self.elapsed_s(),
+                        infeasible_reason=reason,
+                        best_by_family_s={fs.family: float(best[1].step_time_s) if plans
+                                          else np.inf})
 
 
 def _family_space(job, cluster, family, space) -> space_lib.FamilySpace:
@@ -150,15 +167,12 @@ def enumerate_plans(job: cm.RLJob, cluster: cm.Cluster, family: str,
     ValueError: when the space holds more than ``max_plans`` plans, or the
       family cannot hold the job.
   """
-  t0 = time.perf_counter()
-  fs = _family_space(job, cluster, family, space)
-  blocks = _Blocks(fs)
+  run = _Run(job, cluster, family, space, efficiency, chunk_size, top_k)
+  blocks, ev, top = run.blocks, run.ev, run.top
   size = blocks.size
   if max_plans is not None and size > max_plans:
     raise ValueError(f"enumerate_plans: family {family!r} has {size:,} valid plans, more "
                      f"than max_plans={max_plans:,}")
-  ev = evaluate.Evaluator(fs, efficiency, chunk=chunk_size)
-  top = _TopK(top_k)
   buf, n_buf = [], 0
   for p, count in enumerate(blocks.counts.astype(np.int64)):
     for start in range(0, int(count), chunk_size):
@@ -172,7 +186,7 @@ def enumerate_plans(job: cm.RLJob, cluster: cm.Cluster, family: str,
   if n_buf:
     allrows = np.concatenate(buf, 0)
     top.add(allrows, ev.scores(allrows))
-  return _result("enumerate", fs, ev, top, size, t0, top_k)
+  return run.result("enumerate", size)
 
 
 def random_search(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_s: float,
@@ -183,20 +197,16 @@ def random_search(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_s: flo
   """Uniform samples of the valid space scored exactly until ``budget_s``
   seconds have passed (at least one batch) or ``max_evaluations`` plans are
   scored, whichever comes first."""
-  t0 = time.perf_counter()
-  fs = _family_space(job, cluster, family, space)
-  blocks = _Blocks(fs)
+  run = _Run(job, cluster, family, space, efficiency, batch, top_k)
   rng = np.random.default_rng(seed)
-  ev = evaluate.Evaluator(fs, efficiency, chunk=batch)
-  top = _TopK(top_k)
   left = max_evaluations if max_evaluations is not None else np.inf
   while left > 0:
-    rows = blocks.sample(rng, int(min(batch, left)))
-    top.add(rows, ev.scores(rows))
+    rows = run.blocks.sample(rng, int(min(batch, left)))
+    run.top.add(rows, run.ev.scores(rows))
     left -= len(rows)
-    if time.perf_counter() - t0 >= budget_s:
+    if run.elapsed_s() >= budget_s:
       break
-  return _result("random", fs, ev, top, 0, t0, top_k)
+  return run.result("random")
 
 
 def simulated_annealing(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_s: float,
@@ -213,19 +223,16 @@ def simulated_annealing(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_
   ``min(1, exp(-(log t_new - log t_old) / T))``; ``T`` falls geometrically
   from ``t_start`` to ``t_end`` over the time budget.
   """
-  t0 = time.perf_counter()
-  fs = _family_space(job, cluster, family, space)
-  blocks = _Blocks(fs)
+  run = _Run(job, cluster, family, space, efficiency, chains, top_k)
+  fs, ev, top = run.fs, run.ev, run.top
   rng = np.random.default_rng(seed)
-  ev = evaluate.Evaluator(fs, efficiency, chunk=chains)
-  top = _TopK(top_k)
-  cur = blocks.sample(rng, chains)
+  cur = run.blocks.sample(rng, chains)
   s = ev.scores(cur)
   top.add(cur, s)
   cur_o = np.log(result_lib.objective(s.step_time_s, s.feasible, s.excess))
   limit = max_evaluations if max_evaluations is not None else np.inf
-  while time.perf_counter() - t0 < budget_s and ev.count + chains <= limit:
-    frac = min((time.perf_counter() - t0) / max(budget_s, 1e-9), 1.0)
+  while run.elapsed_s() < budget_s and ev.count + chains <= limit:
+    frac = min(run.elapsed_s() / max(budget_s, 1e-9), 1.0)
     if max_evaluations is not None:
       frac = max(frac, min(ev.count / max(limit, 1), 1.0))
     temp = t_start * (t_end / t_start) ** frac
@@ -246,4 +253,4 @@ def simulated_annealing(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_
     accept = has & (rng.uniform(size=chains) < np.exp(np.minimum(-(new_o - cur_o) / temp, 0.0)))
     cur[accept] = prop[accept]
     cur_o[accept] = new_o[accept]
-  return _result("annealing", fs, ev, top, 0, t0, top_k)
+  return run.result("annealing")

@@ -148,8 +148,7 @@ def get(name: str) -> Framework:
   Raises:
     ValueError: for an unknown name.
   """
-  if name not in _REGISTRY:
-    raise ValueError(f"framework={name!r} is not one of {NAMES}")
+  cm.check_one_of("", NAMES, framework=name)
   return _REGISTRY[name]
 
 

@@ -184,6 +184,19 @@ def _not_held(name: str, description: str, family: str, cluster: cm.Cluster) -> 
                       f"{cluster.n_gpus} GPUs")
 
 
+def _split_rule(name: str, description: str, family: str, job: cm.RLJob, cluster: cm.Cluster,
+                framework: str, shares, engine_tp: float, memory_fraction: float,
+                efficiency: cm.Efficiency | None) -> SearchResult:
+  """A rule that splits the cluster into pools by ``shares(placement)`` (shares
+  by pool name, rounded to the space's pool sizes) with the engine's TP and
+  memory fraction fixed."""
+  place, fs = _family(family, job, cluster, framework)
+  if fs is None:
+    return _not_held(name, description, place.name, cluster)
+  rows = _rows(fs, _round_pools(fs, shares(place)), engine_tp, memory_fraction, _MAX_SEQS)
+  return _pick(name, description, place.name, fs, rows, efficiency)
+
+
 def verl_default(job: cm.RLJob, cluster: cm.Cluster,
                  efficiency: cm.Efficiency | None = None,
                  framework: str = "any") -> SearchResult:
@@ -198,31 +211,23 @@ def openrlhf_split(job: cm.RLJob, cluster: cm.Cluster,
                    efficiency: cm.Efficiency | None = None,
                    framework: str = "any") -> SearchResult:
   """OpenRLHF's equal split (vLLM : actor : critic = 1:1:1; 1:1 without a critic)."""
-  if cm.placement("split3").applies_to(job):
-    place, fs = _family("split3", job, cluster, framework)
-    desc = "vLLM:actor:critic = 1:1:1, ZeRO-3, vLLM TP=1, memory 0.95"
-  else:
-    place, fs = _family("split", job, cluster, framework)
-    desc = "vLLM:training = 1:1, ZeRO-3, vLLM TP=1, memory 0.95"
-  if fs is None:
-    return _not_held("openrlhf", desc, place.name, cluster)
+  three = cm.placement("split3").applies_to(job)
+  desc = (f"vLLM:{'actor:critic = 1:1:1' if three else 'training = 1:1'}, ZeRO-3, "
+          "vLLM TP=1, memory 0.95")
   # Equal shares for the rollout pool and each pool of the other roles.
-  shares = dict.fromkeys(place.pools, 1 / len(place.pools))
-  rows = _rows(fs, _round_pools(fs, shares), 1.0, 0.95, _MAX_SEQS)
-  return _pick("openrlhf", desc, place.name, fs, rows, efficiency)
+  return _split_rule("openrlhf", desc, "split3" if three else "split", job, cluster,
+                     framework, lambda place: dict.fromkeys(place.pools, 1 / len(place.pools)),
+                     1.0, 0.95, efficiency)
 
 
 def areal_split(job: cm.RLJob, cluster: cm.Cluster,
                 efficiency: cm.Efficiency | None = None,
                 framework: str = "any") -> SearchResult:
   """AReaL's asynchronous layout with 3/4 of the GPUs generating."""
-  place, fs = _family("split_async_partial", job, cluster, framework)
-  desc = "3/4 of GPUs generate, asynchronous (staleness 1, partial rollouts)"
-  if fs is None:
-    return _not_held("areal", desc, place.name, cluster)
-  shares = {place.rollout_pool: 0.75, place.pool_of("actor"): 0.25}
-  rows = _rows(fs, _round_pools(fs, shares), 1.0, 0.9, _MAX_SEQS)
-  return _pick("areal", desc, place.name, fs, rows, efficiency)
+  return _split_rule("areal", "3/4 of GPUs generate, asynchronous (staleness 1, partial "
+                     "rollouts)", "split_async_partial", job, cluster, framework,
+                     lambda place: {place.rollout_pool: 0.75, place.pool_of("actor"): 0.25},
+                     1.0, 0.9, efficiency)
 
 
 def kv_fit_split(job: cm.RLJob, cluster: cm.Cluster,

@@ -25,6 +25,7 @@ import numpy as np
 import optax
 
 from costmodel._src.fit.validation.cases import Case
+from costmodel._src.fit.validation.report import relative_error
 from costmodel._src.ops.efficiency import Efficiency
 
 FRACTIONS = ("attention_efficiency", "link_efficiency", "host_efficiency", "dp_overlap",
@@ -61,11 +62,11 @@ class CaseError(NamedTuple):
 
   @property
   def error_before(self) -> float:
-    return self.before / self.published - 1.0
+    return relative_error(self.before, self.published)
 
   @property
   def error_after(self) -> float:
-    return self.after / self.published - 1.0
+    return relative_error(self.after, self.published)
 
 
 @dataclasses.dataclass(frozen=True)

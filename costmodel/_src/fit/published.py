@@ -95,15 +95,7 @@ def _parse_table(
         raise ValueError(f"{source} line 1: duplicate column in header {header}")
     rows: list[dict[str, str]] = []
     seen_ids: dict[str, int] = {}
-    for row in reader:
-        line = reader.line_num
-        if not row:
-            continue
-        if len(row) != len(header):
-            raise ValueError(
-                f"{source} line {line}: row has {len(row)} fields, header has "
-                f"{len(header)}"
-            )
+    for line, row in csv_rows(reader, header, source):
         record = dict(zip(header, row, strict=False))
         row_id = record.get("id")
         if row_id is not None:
@@ -115,3 +107,23 @@ def _parse_table(
             seen_ids[row_id] = line
         rows.append({column: record[column] for column in columns})
     return rows
+
+
+def csv_rows(reader, header: Sequence[str], source: str):
+    """``(line number, row)`` of each non-empty row of a ``csv.reader`` past its
+    header.
+
+    Raises:
+      ValueError: ``{source} line {n}`` for a row whose field count is not the
+        header's.
+    """
+    for row in reader:
+        line = reader.line_num
+        if not row:
+            continue
+        if len(row) != len(header):
+            raise ValueError(
+                f"{source} line {line}: row has {len(row)} fields, header has "
+                f"{len(header)}"
+            )
+        yield line, row

@@ -65,6 +65,7 @@ import json
 import math
 import os
 
+from costmodel._src.fit.published import csv_rows
 from costmodel._src.fit.stage_times import STAGE_NAMES
 from costmodel._src.fit.stage_times import StageTimes
 from costmodel._src.step import algorithms
@@ -197,15 +198,7 @@ def _parse_csv(name: str, text: str) -> list[tuple[int, StageTimes]]:
             f"{list(_STEP_KEYS)}"
         )
     numbered = []
-    for row in reader:
-        line = reader.line_num
-        if not row:
-            continue
-        if len(row) != len(header):
-            raise ValueError(
-                f"{name} line {line}: row has {len(row)} fields, header has "
-                f"{len(header)}"
-            )
+    for line, row in csv_rows(reader, header, name):
         fields = {c: cell for c, cell in zip(columns, row, strict=False) if c in wanted}
         record = _record(name, line, fields, fields, from_text=True)
         if record is not None:

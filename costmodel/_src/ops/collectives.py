@@ -35,6 +35,7 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
+from costmodel._src import pytree
 from costmodel._src.ops import efficiency as eff_lib
 from costmodel._src.ops import smooth
 from costmodel._src.specs.hardware import Hardware
@@ -49,12 +50,11 @@ _BUS = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all
 
 def bus_factor(kind: str, n) -> jax.Array:
   """NCCL's bus-bandwidth factor f: time = S * f / busbw."""
+  pytree.check_one_of("collective", KINDS, kind=kind)
   n = jnp.asarray(n, dtype=float)
   if kind in _BUS:
     return _BUS[kind] * (n - 1.0) / n
-  if kind in ("broadcast", "p2p"):
-    return jnp.ones_like(n)
-  raise ValueError(f"collective kind={kind!r} is not one of {KINDS}")
+  return jnp.ones_like(n)  # broadcast, p2p
 
 
 def flat_time(kind: str, nbytes, n, bandwidth_bytes_per_s, latency_s) -> jax.Array:
@@ -92,8 +92,7 @@ def collective_time(kind: str, nbytes, n, domain: float, hw: Hardware,
   Returns:
     Seconds. Zero for a group of one rank.
   """
-  if kind not in KINDS:
-    raise ValueError(f"collective kind={kind!r} is not one of {KINDS}")
+  pytree.check_one_of("collective", KINDS, kind=kind)
   n = jnp.maximum(jnp.asarray(n, dtype=float), 1.0)
   k = smooth.smin(n, jnp.asarray(domain, dtype=float), tau)
   k = jnp.clip(k, 1.0, n)

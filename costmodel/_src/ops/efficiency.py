@@ -183,8 +183,7 @@ class Efficiency:
         fp8_matmul_efficiency=self.fp8_matmul_efficiency,
         fp4_matmul_efficiency=self.fp4_matmul_efficiency)
     pytree.check_nonnegative(
-        "Efficiency", dp_overlap=self.dp_overlap,
-        decode_step_overhead_s=self.decode_step_overhead_s,
+        "Efficiency", decode_step_overhead_s=self.decode_step_overhead_s,
         decode_seq_overhead_s=self.decode_seq_overhead_s,
         decode_rank_overhead_s=self.decode_rank_overhead_s,
         eager_layer_overhead_s=self.eager_layer_overhead_s,
@@ -200,10 +199,8 @@ class Efficiency:
         switch_overhead_s=self.switch_overhead_s,
         convert_per_tensor_s=self.convert_per_tensor_s,
         moe_layer_overhead_s=self.moe_layer_overhead_s)
-    if pytree.is_concrete(self.moe_imbalance) and float(self.moe_imbalance) < 1:
-      raise ValueError(f"Efficiency: moe_imbalance={self.moe_imbalance!r} must be >= 1")
-    if pytree.is_concrete(self.dp_overlap) and float(self.dp_overlap) > 1:
-      raise ValueError(f"Efficiency: dp_overlap={self.dp_overlap!r} must lie in [0, 1]")
+    pytree.check_at_least("Efficiency", 1, moe_imbalance=self.moe_imbalance)
+    pytree.check_share("Efficiency", dp_overlap=self.dp_overlap)
 
 
 def saturating_efficiency(size: jax.Array, eff_max: jax.Array,

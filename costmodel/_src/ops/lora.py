@@ -59,15 +59,12 @@ class LoRA:
     if isinstance(self.targets, str):
       object.__setattr__(self, "targets", (self.targets,))
     object.__setattr__(self, "targets", tuple(self.targets))
-    if (isinstance(self.rank, bool) or not isinstance(self.rank, (int, float))
-        or self.rank < 1):
-      raise ValueError(f"LoRA: rank={self.rank!r} must be a number >= 1")
+    pytree.check_number("LoRA", 1, rank=self.rank)
     bad = [t for t in self.targets if t not in TARGETS]
     if bad or not self.targets:
       raise ValueError(f"LoRA: targets={self.targets!r} must be a non-empty subset of "
                        f"{TARGETS}")
-    if self.sync not in SYNC_MODES:
-      raise ValueError(f"LoRA: sync={self.sync!r} is not one of {SYNC_MODES}")
+    pytree.check_one_of("LoRA", SYNC_MODES, sync=self.sync)
 
 
 ATTENTION_TARGETS = ("q", "k", "v", "o")

@@ -70,14 +70,21 @@ def smin(a: jax.Array, b: jax.Array, tau: jax.Array | float = 0.0) -> jax.Array:
   return jnp.where(t > 0, soft, hard)
 
 
-def relu(x: jax.Array, scale: jax.Array | float, tau: jax.Array | float = 0.0) -> jax.Array:
-  """``max(x, 0)``; softplus with width ``tau * scale`` when tau > 0."""
+def _width(x, scale, tau):
+  """``(x as a float array, tau > 0, the surrogate's width tau * scale)``.
+
+  Double where: at tau == 0 the unused branch gets a harmless width, so its
+  gradient (with respect to x or scale) cannot turn into NaN.
+  """
   x = jnp.asarray(x, dtype=jnp.result_type(x, float))
   on = jnp.asarray(tau) > 0
-  # Double where: at tau == 0 the unused branch gets a harmless width, so its
-  # gradient (with respect to x or scale) cannot turn into NaN.
   w = jnp.where(on, jnp.asarray(tau, x.dtype) * jnp.asarray(scale, x.dtype), 1.0)
-  w = jnp.maximum(w, _TINY)
+  return x, on, jnp.maximum(w, _TINY)
+
+
+def relu(x: jax.Array, scale: jax.Array | float, tau: jax.Array | float = 0.0) -> jax.Array:
+  """``max(x, 0)``; softplus with width ``tau * scale`` when tau > 0."""
+  x, on, w = _width(x, scale, tau)
   soft = w * jax.nn.softplus(jnp.where(on, x, 0.0) / w)
   return jnp.where(on, soft, jnp.maximum(x, 0.0))
 
@@ -90,10 +97,7 @@ def relu_flat(x: jax.Array, scale: jax.Array | float, tau: jax.Array | float = 0
   ``w = tau * scale``, then ``x - w / 2``. Value and gradient are continuous,
   the gradient finite everywhere.
   """
-  x = jnp.asarray(x, dtype=jnp.result_type(x, float))
-  on = jnp.asarray(tau) > 0
-  w = jnp.where(on, jnp.asarray(tau, x.dtype) * jnp.asarray(scale, x.dtype), 1.0)
-  w = jnp.maximum(w, _TINY)
+  x, on, w = _width(x, scale, tau)
   pos = jnp.maximum(x, 0.0)
   soft = jnp.where(pos < w, 0.5 * pos**2 / w, pos - 0.5 * w)
   return jnp.where(on, soft, pos)

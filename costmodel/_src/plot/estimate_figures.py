@@ -3,6 +3,8 @@ time by stage and bound (see :mod:`costmodel._src.plot.figures`)."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from costmodel._src.plot.axes import _check_estimate
@@ -19,7 +21,34 @@ from costmodel._src.units import GIB
 
 _CHARS_PER_AXES = 110  # characters of 8 pt text across the timeline's axes
 
+_FIGURE_DOC = """
+  Args:
+    estimate: A concrete, unbatched :class:`Estimate`.
+    ax: Axes to draw into (default: a new figure).
 
+  Returns:
+    The :class:`matplotlib.figure.Figure`.
+
+  Raises:
+    ValueError: for a batched or traced estimate.
+"""
+
+
+def _figure_of_estimate(draw):
+  """A figure of one estimate: ``draw(estimate, ax)`` runs on a checked
+  estimate (:func:`_check_estimate`), and its docstring gains the arguments,
+  return value and errors every such figure shares."""
+
+  @functools.wraps(draw)
+  def figure(estimate: Estimate, ax=None):
+    _check_estimate(estimate)
+    return draw(estimate, ax)
+
+  figure.__doc__ = draw.__doc__.rstrip() + "\n" + _FIGURE_DOC
+  return figure
+
+
+@_figure_of_estimate
 def timeline(estimate: Estimate, ax=None):
   """Gantt chart of one steady-state step: one row per pool, one bar per stage.
 
@@ -30,17 +59,7 @@ def timeline(estimate: Estimate, ax=None):
   drawn hatched. A vertical line marks the step time. With staleness >= 1 the
   step is the busiest pool's time per step, not the makespan of this timeline.
 
-  Args:
-    estimate: A concrete, unbatched :class:`Estimate`.
-    ax: Axes to draw into (default: a new figure).
-
-  Returns:
-    The :class:`matplotlib.figure.Figure`.
-
-  Raises:
-    ValueError: for a batched or traced estimate.
   """
-  _check_estimate(estimate)
   start = np.asarray(estimate.start_s, float)
   end = np.asarray(estimate.end_s, float)
   step = float(estimate.step_time_s)
@@ -77,6 +96,7 @@ def timeline(estimate: Estimate, ax=None):
   return fig
 
 
+@_figure_of_estimate
 def memory(estimate: Estimate, ax=None):
   """Memory per GPU of each GPU stage: 7 stacked parts (GiB) and the limit.
 
@@ -86,17 +106,7 @@ def memory(estimate: Estimate, ax=None):
   a red label and the shortfall written above its bar. CPU stages are left
   out.
 
-  Args:
-    estimate: A concrete, unbatched :class:`Estimate`.
-    ax: Axes to draw into (default: a new figure).
-
-  Returns:
-    The :class:`matplotlib.figure.Figure`.
-
-  Raises:
-    ValueError: for a batched or traced estimate.
   """
-  _check_estimate(estimate)
   idx = [i for i, p in enumerate(estimate.stage_pools) if p != algorithms.CPU_POOL]
   mem = np.asarray(estimate.memory_bytes, float)[idx] / GIB
   limit = np.asarray(estimate.memory_limit_bytes, float)[idx] / GIB
@@ -126,23 +136,14 @@ def memory(estimate: Estimate, ax=None):
   return fig
 
 
+@_figure_of_estimate
 def stage_breakdown(estimate: Estimate, ax=None):
   """Time of each stage split into compute, memory, comm, bubble, overhead.
 
   One horizontal bar per stage, the 5 parts of ``estimate.time_parts_s``
   stacked, the stage's total written at the end of its bar.
 
-  Args:
-    estimate: A concrete, unbatched :class:`Estimate`.
-    ax: Axes to draw into (default: a new figure).
-
-  Returns:
-    The :class:`matplotlib.figure.Figure`.
-
-  Raises:
-    ValueError: for a batched or traced estimate.
   """
-  _check_estimate(estimate)
   parts = np.asarray(estimate.time_parts_s, float)
   names = estimate.stage_names
   fig, ax = _new_axes(ax, (9, 1.0 + 0.45 * len(names)))

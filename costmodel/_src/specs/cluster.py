@@ -30,20 +30,16 @@ class Cluster:
   def __post_init__(self):
     if isinstance(self.accelerator, str):
       object.__setattr__(self, "accelerator", hw.get(self.accelerator))
-    for f in ("gpus_per_node", "nodes"):
-      v = getattr(self, f)
-      if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-        raise ValueError(f"Cluster: {f}={v!r} must be a positive integer")
-    if not isinstance(self.scaleup_domain, int) or self.scaleup_domain < 0:
-      raise ValueError(f"Cluster: scaleup_domain={self.scaleup_domain!r} must be an integer >= 0")
+    pytree.check_integer("Cluster", 1, rule="a positive integer",
+                         gpus_per_node=self.gpus_per_node, nodes=self.nodes)
+    pytree.check_integer("Cluster", 0, scaleup_domain=self.scaleup_domain,
+                         cpu_cores=self.cpu_cores)
     if self.scaleup_domain == 0:
       object.__setattr__(self, "scaleup_domain", self.gpus_per_node)
     if self.scaleup_domain % self.gpus_per_node and self.gpus_per_node % self.scaleup_domain:
       raise ValueError(
           f"Cluster: scaleup_domain={self.scaleup_domain} must divide or be a "
           f"multiple of gpus_per_node={self.gpus_per_node}")
-    if self.cpu_cores < 0:
-      raise ValueError(f"Cluster: cpu_cores={self.cpu_cores} must be >= 0")
     if self.cpu_cores == 0:
       object.__setattr__(self, "cpu_cores", 96 * self.nodes)
 

@@ -22,13 +22,15 @@ Three readings come from the table :data:`RULES`:
   measure at ``tau > 0``, the exact one at ``tau = 0`` (positive iff violated).
 
 Rules are grouped by *scope* (the fields they read): ``layout`` (a role's
-training or inference layout on its pool), ``engine`` (the rollout engine on
-the rollout pool), ``pool`` (one pool), ``pools`` (all pools on the cluster),
-``mode`` (the execution mode alone), ``placement`` (execution mode and weight
-sync against the placement: ``actor_on_rollout``, ``sync_ipc``,
-``sync_reshard``, ``require_batches`` with 0 for none, ...) and ``schedule``
-(execution mode against the job: ``require_batches``, ``mini_batches``). The
-core rules always apply; the optional sets in :data:`RULE_SETS` apply when named.
+training or inference layout on its pool), ``engine`` (the rollout engine on the
+rollout pool), ``pool`` (one pool), ``pools`` (all pools on the cluster),
+``mode`` (the execution mode alone: ``staleness``, ``partial``, and
+``threshold``, the staleness threshold, NaN or absent when unset), ``placement``
+(execution mode and weight sync against the placement: ``actor_on_rollout``,
+``sync_ipc``, ``sync_reshard``, ``require_batches`` with 0 for none, ...) and
+``schedule`` (execution mode against the job: ``require_batches``,
+``mini_batches``). The core rules always apply; the optional sets in
+:data:`RULE_SETS` apply when named.
 
 The table itself, with its sources, is in :mod:`costmodel._src.specs.rule_table`.
 """
@@ -42,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from costmodel._src import pytree
 from costmodel._src.specs.model import ModelSpec
 from costmodel._src.specs.rule_table import RULE_SETS
 from costmodel._src.specs.rule_table import RULES
@@ -67,9 +70,7 @@ def rules(scope: str, rule_sets: Sequence[str] = (), only: Sequence[str] | None 
 @functools.lru_cache(maxsize=256)
 def _rules(scope: str, rule_sets: tuple[str, ...], only: tuple[str, ...] | None
            ) -> tuple[Rule, ...]:
-  scopes = sorted({r.scope for r in RULES})
-  if scope not in scopes:
-    raise ValueError(f"scope={scope!r} is not one of {scopes}")
+  pytree.check_one_of("", sorted({r.scope for r in RULES}), scope=scope)
   for s in rule_sets:
     if s not in RULE_SETS:
       raise ValueError(f"rule_sets: {s!r} is not one of {RULE_SETS}")

@@ -64,8 +64,7 @@ class ResponseLength:
         bins = int(min(256, max(16, np.ceil(2.0 * float(max_len) / float(mean)))))
       else:
         bins = 32
-    if not isinstance(bins, int) or bins < 1:
-      raise ValueError(f"ResponseLength: bins={bins!r} must be an integer >= 1")
+    pytree.check_integer("ResponseLength", 1, bins=bins)
     pytree.check_positive("ResponseLength", mean=mean, max_len=max_len)
     if pytree.is_concrete(mean) and pytree.is_concrete(max_len):
       if float(mean) > float(max_len) * (1 + 1e-9):
@@ -178,25 +177,18 @@ class RLJob:
   multi_turn: multiturn_lib.MultiTurn | None = pytree.static_field(default=None)
 
   def __post_init__(self):
-    if self.lora is not None and not isinstance(self.lora, lora_lib.LoRA):
-      raise ValueError(f"RLJob: lora={self.lora!r} must be a LoRA or None")
-    if self.multi_turn is not None and not isinstance(self.multi_turn,
-                                                      multiturn_lib.MultiTurn):
-      raise ValueError(f"RLJob: multi_turn={self.multi_turn!r} must be a MultiTurn or None")
-    if self.algorithm not in ALGORITHMS:
-      raise ValueError(f"RLJob: algorithm={self.algorithm!r} is not one of {ALGORITHMS}")
-    if not isinstance(self.actor, model_lib.ModelSpec):
-      raise ValueError(f"RLJob: actor={self.actor!r} must be a ModelSpec")
+    pytree.check_instance("RLJob", lora_lib.LoRA, optional=True, lora=self.lora)
+    pytree.check_instance("RLJob", multiturn_lib.MultiTurn, optional=True,
+                          multi_turn=self.multi_turn)
+    pytree.check_one_of("RLJob", ALGORITHMS, algorithm=self.algorithm)
+    pytree.check_instance("RLJob", model_lib.ModelSpec, actor=self.actor)
     if self.critic is None and self.algorithm == "ppo":
       object.__setattr__(self, "critic", self.actor)
     if self.critic is not None and self.algorithm != "ppo":
       raise ValueError(f"RLJob: critic given but algorithm={self.algorithm!r} has no critic")
     if self.use_reference is None:
       object.__setattr__(self, "use_reference", self.algorithm != "dapo")
-    for f in ("ppo_epochs", "mini_batches"):
-      v = getattr(self, f)
-      if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise ValueError(f"RLJob: {f}={v!r} must be an integer >= 1")
+    pytree.check_integer("RLJob", 1, ppo_epochs=self.ppo_epochs, mini_batches=self.mini_batches)
     pytree.check_positive("RLJob", prompts_per_step=self.prompts_per_step,
                           samples_per_prompt=self.samples_per_prompt,
                           prompt_len=self.prompt_len, param_bytes=self.param_bytes,
@@ -204,10 +196,8 @@ class RLJob:
                           logits_bytes=self.logits_bytes)
     pytree.check_nonnegative("RLJob", reward_cpu_s_per_sample=self.reward_cpu_s_per_sample,
                              optimizer_bytes=self.optimizer_bytes)
-    if pytree.is_concrete(self.oversample) and float(self.oversample) < 1:
-      raise ValueError(f"RLJob: oversample={self.oversample!r} must be >= 1")
-    if not isinstance(self.response, ResponseLength):
-      raise ValueError(f"RLJob: response={self.response!r} must be a ResponseLength")
+    pytree.check_at_least("RLJob", 1, oversample=self.oversample)
+    pytree.check_instance("RLJob", ResponseLength, response=self.response)
     if pytree.is_concrete(self.prompts_per_step) and pytree.is_concrete(self.samples_per_prompt):
       n = float(self.prompts_per_step) * float(self.samples_per_prompt)
       if n < self.mini_batches:

@@ -26,14 +26,6 @@ DEDICATED_MEMORY_FRACTION = 0.9
 SHARED_MEMORY_FRACTION = 0.6
 
 
-def _check_degrees(owner: str, **values) -> None:
-  for name, v in values.items():
-    if pytree.is_concrete(v):
-      a = np.asarray(v, dtype=float)
-      if not np.all(np.isfinite(a)) or np.any(a < 1):
-        raise ValueError(f"{owner}: {name}={v!r} must be >= 1")
-
-
 @pytree.pytree_dataclass
 class Parallel:
   """Layout of one role and phase on its pool.
@@ -94,22 +86,16 @@ class Parallel:
   precision: Precision = pytree.static_field(default=Precision())
 
   def __post_init__(self):
-    rc = self.recompute
-    if isinstance(rc, str):
-      if rc not in RECOMPUTE:
-        raise ValueError(f"Parallel: recompute={rc!r} is not one of {tuple(RECOMPUTE)}")
-      object.__setattr__(self, "recompute", float(RECOMPUTE[rc]))
-    _check_degrees("Parallel", tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep,
-                   vpp=self.vpp, etp=self.etp)
+    if isinstance(self.recompute, str):
+      pytree.check_one_of("Parallel", RECOMPUTE, recompute=self.recompute)
+      object.__setattr__(self, "recompute", float(RECOMPUTE[self.recompute]))
+    pytree.check_at_least("Parallel", 1, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep,
+                          vpp=self.vpp, etp=self.etp)
     _check_moe_precision(self)
     pytree.check_positive("Parallel", micro_batch=self.micro_batch)
-    for name, allowed in (("zero_stage", (0, 1, 2, 3)), ("recompute", (0, 1, 2)),
-                          ("offload", (0, 1)), ("swap", (0, 1))):
-      v = getattr(self, name)
-      if pytree.is_concrete(v):
-        a = np.asarray(v, dtype=float)
-        if not np.all(np.isin(a, allowed)):
-          raise ValueError(f"Parallel: {name}={v!r} must be one of {allowed}")
+    pytree.check_one_of("Parallel", (0, 1, 2, 3), zero_stage=self.zero_stage)
+    pytree.check_one_of("Parallel", (0, 1, 2), recompute=self.recompute)
+    pytree.check_one_of("Parallel", (0, 1), offload=self.offload, swap=self.swap)
 
   @property
   def model_parallel(self):
@@ -129,13 +115,8 @@ def _check_moe_precision(layout: Parallel) -> None:
       raise ValueError(f"Parallel: vpp={vpp!r} must be an integer")
     if pytree.is_concrete(pp) and np.any((a > 1) & (np.asarray(pp, dtype=float) <= 1)):
       raise ValueError(f"Parallel: vpp={vpp!r} > 1 needs pp > 1 (pp={pp!r})")
-  ov = layout.ep_overlap
-  if pytree.is_concrete(ov):
-    a = np.asarray(ov, dtype=float)
-    if not np.all(np.isfinite(a)) or np.any(a < 0) or np.any(a > 1):
-      raise ValueError(f"Parallel: ep_overlap={ov!r} must lie in [0, 1]")
-  if not isinstance(layout.precision, Precision):
-    raise ValueError(f"Parallel: precision={layout.precision!r} must be a Precision")
+  pytree.check_share("Parallel", ep_overlap=layout.ep_overlap)
+  pytree.check_instance("Parallel", Precision, precision=layout.precision)
 
 
 @pytree.pytree_dataclass
@@ -193,13 +174,11 @@ class Engine:
   precision: Precision = pytree.static_field(default=Precision())
 
   def __post_init__(self):
-    _check_degrees("Engine", tp=self.tp, pp=self.pp, ep=self.ep, max_seqs=self.max_seqs)
-    if not isinstance(self.precision, Precision):
-      raise ValueError(f"Engine: precision={self.precision!r} must be a Precision")
+    pytree.check_at_least("Engine", 1, tp=self.tp, pp=self.pp, ep=self.ep,
+                          max_seqs=self.max_seqs)
+    pytree.check_instance("Engine", Precision, precision=self.precision)
     pytree.check_fraction("Engine", memory_fraction=self.memory_fraction)
-    if self.sync_backend not in SYNC_BACKENDS:
-      raise ValueError(f"Engine: sync_backend={self.sync_backend!r} is not one of "
-                       f"{SYNC_BACKENDS}")
+    pytree.check_one_of("Engine", SYNC_BACKENDS, sync_backend=self.sync_backend)
 
   def replace(self, **changes) -> Engine:
     return dataclasses.replace(self, **changes)

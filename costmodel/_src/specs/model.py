@@ -74,17 +74,12 @@ class ModelSpec:
 
   def __post_init__(self):
     owner = f"ModelSpec({self.name!r})"
-    for f in ("n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "vocab"):
-      v = getattr(self, f)
-      if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-        raise ValueError(f"{owner}: {f}={v!r} must be a positive integer")
-    for f in ("ffn_hidden", "learned_positions", "n_experts", "top_k",
-              "expert_ffn_hidden", "shared_ffn_hidden", "first_dense_layers",
-              "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim",
-              "embed_dim"):
-      v = getattr(self, f)
-      if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise ValueError(f"{owner}: {f}={v!r} must be a non-negative integer")
+    pytree.check_integer(owner, 1, rule="a positive integer", **{f: getattr(self, f) for f in (
+        "n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "vocab")})
+    pytree.check_integer(owner, 0, rule="a non-negative integer", **{f: getattr(self, f) for f in (
+        "ffn_hidden", "learned_positions", "n_experts", "top_k", "expert_ffn_hidden",
+        "shared_ffn_hidden", "first_dense_layers", "q_lora_rank", "kv_lora_rank",
+        "qk_rope_head_dim", "v_head_dim", "embed_dim")})
     if self.n_heads % self.n_kv_heads:
       raise ValueError(
           f"{owner}: n_heads={self.n_heads} must be divisible by "

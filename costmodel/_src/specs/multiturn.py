@@ -48,8 +48,7 @@ class MultiTurn:
   overlap_tools: bool = pytree.static_field(default=False)
 
   def __post_init__(self):
-    if not isinstance(self.turns, int) or isinstance(self.turns, bool) or self.turns < 1:
-      raise ValueError(f"MultiTurn: turns={self.turns!r} must be an integer >= 1")
+    pytree.check_integer("MultiTurn", 1, turns=self.turns)
     pytree.check_nonnegative("MultiTurn", tool_latency_s_mean=self.tool_latency_s_mean,
                              tool_latency_s_max=self.tool_latency_s_max,
                              env_cpu_s=self.env_cpu_s,
@@ -57,8 +56,7 @@ class MultiTurn:
     if self.tool_latency_s_max < self.tool_latency_s_mean:
       raise ValueError(f"MultiTurn: tool_latency_s_max={self.tool_latency_s_max} must be >= "
                        f"tool_latency_s_mean={self.tool_latency_s_mean}")
-    if not isinstance(self.env_cores, int) or self.env_cores < 0:
-      raise ValueError(f"MultiTurn: env_cores={self.env_cores!r} must be an integer >= 0")
+    pytree.check_integer("MultiTurn", 0, env_cores=self.env_cores)
 
   @property
   def tool_calls(self) -> int:

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 import dataclasses
 
+from costmodel._src import pytree
 from costmodel._src.specs.job import RLJob
 from costmodel._src.specs.layout import Engine
 from costmodel._src.specs.layout import Parallel
@@ -75,9 +76,7 @@ class Placement:
     for role, pool in self.role_pools:
       if pool not in self.pools:
         raise ValueError(f"{where}: role {role!r} on pool={pool!r}, not one of {self.pools}")
-    if self.rollout_pool not in self.pools:
-      raise ValueError(f"{where}: rollout_pool={self.rollout_pool!r} is not one of "
-                       f"{self.pools}")
+    pytree.check_one_of(where, self.pools, rollout_pool=self.rollout_pool)
     if not self.modes:
       raise ValueError(f"{where}: modes must be non-empty")
     for role in self.requires:
@@ -91,10 +90,8 @@ class Placement:
 
   def pool_of(self, role: str) -> str:
     """The pool ``role`` sits on."""
-    for r, pool in self.role_pools:
-      if r == role:
-        return pool
-    raise ValueError(f"Placement {self.name!r}: role={role!r} is not one of {ROLES}")
+    pytree.check_one_of(f"Placement {self.name!r}", ROLES, role=role)
+    return dict(self.role_pools)[role]
 
   def allows(self, mode: Mode) -> bool:
     """Whether the family runs ``mode`` (its staleness and partial rollouts)."""
@@ -177,8 +174,7 @@ def placement(name: str) -> Placement:
   Raises:
     ValueError: for an unknown name.
   """
-  if name not in _REGISTRY:
-    raise ValueError(f"placement={name!r} is not one of {tuple(_REGISTRY)}")
+  pytree.check_one_of("", _REGISTRY, placement=name)
   return _REGISTRY[name]
 
 

@@ -121,20 +121,14 @@ class Mode:
   single_controller: bool = pytree.static_field(default=True)
 
   def __post_init__(self):
-    if not isinstance(self.staleness, int) or self.staleness < 0:
-      raise ValueError(f"Mode: staleness={self.staleness!r} must be an integer >= 0")
-    rules.check_rules("mode", {"staleness": self.staleness, "partial": self.partial_rollout},
-                      "Mode: ")
-    t = self.staleness_threshold
-    if t is not None:
-      if not isinstance(t, (int, float)) or not t >= 0:
-        raise ValueError(f"Mode: staleness_threshold={t!r} must be a number >= 0")
-      if self.staleness == 0:
-        raise ValueError(f"Mode: staleness_threshold={t!r} needs staleness >= 1 "
-                         "(asynchronous)")
-    rb = self.require_batches
-    if rb is not None and (not isinstance(rb, int) or rb < 1):
-      raise ValueError(f"Mode: require_batches={rb!r} must be an integer >= 1")
+    pytree.check_integer("Mode", 0, staleness=self.staleness)
+    if self.staleness_threshold is not None:
+      pytree.check_number("Mode", 0, staleness_threshold=self.staleness_threshold)
+    if self.require_batches is not None:
+      pytree.check_integer("Mode", 1, require_batches=self.require_batches)
+    rules.check_rules("mode", {"staleness": self.staleness, "partial": self.partial_rollout,
+                               "threshold": (np.nan if self.staleness_threshold is None
+                                             else self.staleness_threshold)}, "Mode: ")
 
   @property
   def queue_depth(self) -> float:
@@ -148,27 +142,20 @@ class Mode:
     parts = ["sync" if self.staleness == 0 else f"async(k={self.queue_depth:g})"]
     if self.require_batches is not None:
       parts.append(f"stream({self.require_batches})")
-    if self.rollout_log_probs:
-      parts.append("rollout-logp")
-    if self.partial_rollout:
-      parts.append("partial")
-    if self.fuse_inference:
-      parts.append("fuse-infer")
-    if self.fuse_training:
-      parts.append("fuse-train")
+    parts += [tag for flag, tag in _MODE_TAGS if getattr(self, flag)]
     return "+".join(parts)
+
+
+# The flags of a Mode and the tags they add to its name, in order.
+_MODE_TAGS = (("rollout_log_probs", "rollout-logp"), ("partial_rollout", "partial"),
+              ("fuse_inference", "fuse-infer"), ("fuse_training", "fuse-train"))
 
 
 def required_roles(job: RLJob) -> tuple[str, ...]:
   """Roles the job's algorithm needs."""
-  roles = ["actor"]
-  if job.use_reference:
-    roles.append("reference")
-  if job.has_critic:
-    roles.append("critic")
-  if job.has_reward_model:
-    roles.append("reward")
-  return tuple(roles)
+  needed = {"actor": True, "reference": job.use_reference, "critic": job.has_critic,
+            "reward": job.has_reward_model}
+  return tuple(r for r in ROLES if needed[r])
 
 
 def role_model(job: RLJob, role: str) -> ModelSpec:
@@ -324,8 +311,7 @@ def validate(plan: Plan, job: RLJob, cluster: Cluster, frameworks: tuple[str, ..
     raise ValueError(f"Plan: rollout_pool={plan.rollout_pool!r} is not one of {names}")
   seen = set()
   for r in plan.roles:
-    if r.role not in ROLES:
-      raise ValueError(f"Plan: role={r.role!r} is not one of {ROLES}")
+    pytree.check_one_of("Plan", ROLES, role=r.role)
     if r.role in seen:
       raise ValueError(f"Plan: role {r.role!r} is placed twice")
     seen.add(r.role)
@@ -335,7 +321,7 @@ def validate(plan: Plan, job: RLJob, cluster: Cluster, frameworks: tuple[str, ..
     r = plan.role(role)
     if r is None:
       raise ValueError(f"Plan: role {role!r} needed by algorithm={job.algorithm!r} has no pool")
-    if role in ("actor", "critic") and r.train is None:
+    if role in TRAINED_ROLES and r.train is None:
       raise ValueError(f"Plan: role {role!r} needs a train layout")
     if r.infer_layout is None:
       raise ValueError(f"Plan: role {role!r} needs an infer layout")

@@ -47,12 +47,8 @@ class Precision:
   kv: str | None = pytree.static_field(default=None)
 
   def __post_init__(self):
-    for name in ("weights", "kv"):
-      v = getattr(self, name)
-      if v is not None and v not in DTYPE_BYTES:
-        raise ValueError(f"Precision: {name}={v!r} is not one of {tuple(DTYPE_BYTES)} or None")
-    if self.compute not in COMPUTE_DTYPES:
-      raise ValueError(f"Precision: compute={self.compute!r} is not one of {COMPUTE_DTYPES}")
+    pytree.check_one_of("Precision", (*DTYPE_BYTES, None), weights=self.weights, kv=self.kv)
+    pytree.check_one_of("Precision", COMPUTE_DTYPES, compute=self.compute)
 
 
 BF16 = Precision()

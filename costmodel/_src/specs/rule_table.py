@@ -232,6 +232,11 @@ RULES: tuple[Rule, ...] = tuple(
         Rule("partial_needs_staleness", "mode", "core",
              lambda f, xp, ex: f["partial"] * (f["staleness"] < 1),
              lambda f: "partial_rollout=True needs staleness >= 1 (asynchronous)"),
+        Rule("threshold_needs_staleness", "mode", "core",
+             lambda f, xp, ex: (1.0 - xp.isnan(f.get("threshold", xp.nan))) * (
+                 f["staleness"] < 1),
+             lambda f: (f"staleness_threshold={f['threshold']:g} needs staleness >= 1 "
+                        "(asynchronous)")),
         Rule("staleness_apart", "placement", "core",
              lambda f, xp, ex: f["actor_on_rollout"] * (f["staleness"] > 0),
              lambda f: (f"staleness={f['staleness']:g} needs the rollout pool "

@@ -19,7 +19,6 @@ import jax.numpy as jnp
 from costmodel._src.ops import collectives
 from costmodel._src.ops import layers
 from costmodel._src.ops import lora as lora_lib
-from costmodel._src.ops import roofline
 from costmodel._src.ops.efficiency import Efficiency
 from costmodel._src.specs.cluster import Cluster
 from costmodel._src.specs.job import RLJob
@@ -28,19 +27,6 @@ from costmodel._src.specs.model import ModelSpec
 from costmodel._src.stages import common
 from costmodel._src.stages import infer as infer_lib
 from costmodel._src.stages import train as train_lib
-
-
-def _optimizer_s(params, job: RLJob, cluster: Cluster, eff: Efficiency):
-  """``(gpu_s, host_s)`` of one optimizer step over ``params`` local
-  parameters: on the GPU (memory bound over states, weights and gradients),
-  or offloaded (the gradients down, the weights back, the CPU step)."""
-  hw = cluster.accelerator
-  gpu_s = roofline.memory_time(
-      params * (2.0 * job.optimizer_bytes + job.param_bytes + job.grad_bytes), hw, eff)
-  host_bw = hw.host_bandwidth_bytes_per_s * eff.host_efficiency
-  host_s = (params * (job.grad_bytes + job.param_bytes) / host_bw
-            + params / eff.cpu_optimizer_params_per_s)
-  return gpu_s, host_s
 
 
 def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cluster,
@@ -86,8 +72,8 @@ def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
                                           cluster.scaleup_domain, hw, eff, tau)
   d_dp = (lora_dp_s - full_dp_s) * (1.0 - eff.dp_overlap)
   opt_share = jnp.where(z >= 1, group, 1.0)
-  lora_gpu_s, lora_host_s = _optimizer_s(adapters / opt_share, job, cluster, eff)
-  full_gpu_s, full_host_s = _optimizer_s(shard / opt_share, job, cluster, eff)
+  lora_gpu_s, lora_host_s = train_lib.optimizer_step_s(adapters / opt_share, job, hw, eff)
+  full_gpu_s, full_host_s = train_lib.optimizer_step_s(shard / opt_share, job, hw, eff)
   off = jnp.asarray(layout.offload, float)
   d_comm = n_updates * (d_dp + off * (lora_host_s - full_host_s))
   d_memory = d_memory + n_updates * (1.0 - off) * (lora_gpu_s - full_gpu_s)

@@ -71,6 +71,22 @@ def dp_traffic_bytes(params, job: RLJob, zero_stage):
   return jnp.where(jnp.asarray(zero_stage) >= 3, 1.5, 1.0) * base
 
 
+def optimizer_step_s(params, job: RLJob, hw, eff: Efficiency):
+  """``(gpu_s, host_s)`` of one optimizer step over ``params`` local parameters.
+
+  On the GPU the step is memory bound over the optimizer states (read and
+  written), the weights and the gradients. Offloaded, the gradients go to the
+  host and the weights come back over the host link, and the step runs on the
+  CPU at ``Efficiency.cpu_optimizer_params_per_s``.
+  """
+  gpu_s = roofline.memory_time(
+      params * (2.0 * job.optimizer_bytes + job.param_bytes + job.grad_bytes), hw, eff)
+  host_bw = hw.host_bandwidth_bytes_per_s * eff.host_efficiency
+  host_s = (params * (job.grad_bytes + job.param_bytes) / host_bw
+            + params / eff.cpu_optimizer_params_per_s)
+  return gpu_s, host_s
+
+
 def fp8_cast_s(work, flop_multiplier, hw, eff: Efficiency, compute: str):
   """Per-tensor scaling casts of FP8 training (Transformer Engine style).
 
@@ -175,15 +191,11 @@ def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
   # Optimizer: read/write states, weights and gradients of the local shard.
   z = jnp.asarray(layout.zero_stage, float)
   opt_params = shard / jnp.where(z >= 1, dp_group, 1.0)
-  opt_bytes = opt_params * (2.0 * job.optimizer_bytes + job.param_bytes + job.grad_bytes)
   off = jnp.asarray(layout.offload, float)
-  opt_gpu_s = roofline.memory_time(opt_bytes, hw, eff)
+  opt_gpu_s, opt_host_s = optimizer_step_s(opt_params, job, hw, eff)
+  # Offload also streams (ZeRO-3) the weight shards in for every forward and
+  # backward pass of every micro-batch.
   host_bw = hw.host_bandwidth_bytes_per_s * eff.host_efficiency
-  # Offload: gradients to the host and weights back each update, the
-  # optimizer step on the CPU, and (ZeRO-3) the weight shards streamed in for
-  # every forward and backward pass of every micro-batch.
-  opt_host_s = (opt_params * (job.grad_bytes + job.param_bytes) / host_bw
-                + opt_params / eff.cpu_optimizer_params_per_s)
   passes = 2.0 + jnp.where(rc >= 2, 1.0, 0.0)
   param_stream_s = jnp.where(z >= 3, m * passes * shard / dp_group * job.param_bytes / host_bw,
                              0.0)

@@ -11,6 +11,11 @@ from costmodel._src.fit.validation.cases import Case
 from costmodel._src.ops.efficiency import Efficiency
 
 
+def relative_error(predicted: float, published: float) -> float:
+  """``predicted / published - 1``: the signed error of a prediction."""
+  return predicted / published - 1.0
+
+
 class Row(NamedTuple):
   row_id: str
   group: str
@@ -22,7 +27,7 @@ class Row(NamedTuple):
 
   @property
   def error(self) -> float:
-    return self.predicted / self.published - 1.0
+    return relative_error(self.predicted, self.published)
 
 
 def evaluate(cases: Sequence[Case], efficiency: Efficiency | None = None) -> list[Row]:
