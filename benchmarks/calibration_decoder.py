@@ -21,6 +21,16 @@ from benchmarks.calibration_kernels import _check_timing
 from benchmarks.calibration_kernels import _median_call_s
 
 
+def _decode_batches(batches) -> list[int]:
+  """``batches`` as a list, checked non-empty and of positive ints."""
+  batches = list(batches)
+  if not batches:
+    raise ValueError(f"decode_batches={batches!r} must not be empty")
+  for batch in batches:
+    _check_positive_int("decode_batches", batch)
+  return batches
+
+
 @dataclasses.dataclass(frozen=True)
 class DecoderConfig:
   """Dimensions of the decoder-only transformer timed by `measure_decode`.
@@ -209,11 +219,7 @@ def measure_decode(config: DecoderConfig, batches: Sequence[int], *,
       `repeats` is invalid.
   """
   _check_timing(repeats, min_repeat_s)
-  batches = list(batches)
-  if not batches:
-    raise ValueError(f"decode_batches={batches!r} must not be empty")
-  for batch in batches:
-    _check_positive_int("decode_batches", batch)
+  batches = _decode_batches(batches)
   params = init_decoder(jax.random.key(seed), config)
   step = jax.jit(decode_step, static_argnames="config", donate_argnums=1)
   itemsize = jnp.dtype(_DTYPE).itemsize
@@ -283,11 +289,7 @@ def measure_decode_loop(config: DecoderConfig, batches: Sequence[int], *,
       `steps_per_batch` is not a positive int.
   """
   _check_positive_int("steps_per_batch", steps_per_batch)
-  batches = sorted(list(batches), reverse=True)
-  if not batches:
-    raise ValueError(f"decode_batches={batches!r} must not be empty")
-  for batch in batches:
-    _check_positive_int("decode_batches", batch)
+  batches = sorted(_decode_batches(batches), reverse=True)
   params = init_decoder(jax.random.key(seed), config)
   step = jax.jit(decode_step, static_argnames="config", donate_argnums=1)
   sample = jax.jit(_sample)
