@@ -103,7 +103,8 @@ def test_searched_best_plan_exports(name, job, cluster, compact):
   for plan, _ in res.top:
     opts = fw_lib.export_options(name, plan, job, cluster)
     assert opts is not None
-    text = export.get(name).export(plan, job, cluster, **opts)
+    e = export.get(name)
+    text = e.export(e.adapt(plan, **opts), job, cluster, **opts)  # as the framework runs it
     assert text.startswith("#")
 
 

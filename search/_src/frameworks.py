@@ -17,7 +17,8 @@ configuration can express, as its exporter (:mod:`export`) reads it:
 ``any`` keeps every core rule and the framework-neutral batch rule (each
 mini-batch splits over the training pool's data-parallel ranks) and drops the
 framework-specific ones. The exporter stays the final word: the search keeps
-only plans the chosen framework's exporter accepts (:func:`export_error`).
+only plans the chosen framework's exporter accepts (:func:`export_error`), as the
+framework runs them (``Exporter.adapt``: its weight sync, where it keeps a role's state).
 """
 
 from __future__ import annotations
@@ -99,8 +100,10 @@ _REGISTRY = {f.name: f for f in (
               rule_sets=("zero3", "batch", "verl"), nodes="uniform",
               options=(("max_tp", 1), ("max_pp", 1), ("max_ep", 1), ("zero_stages", (3,)))
               + _NO_SELECTIVE,
-              export_options=({}, {"version": "legacy"},
-                              {"version": "legacy", "async_recipe": "one_step_off"}),
+              # FSDP2 for the CPU optimizer (fsdp_config.offload_policy)
+              export_options=tuple({**v, **s} for s in ({}, {"strategy": "fsdp2"}) for v in (
+                  {}, {"version": "legacy"},
+                  {"version": "legacy", "async_recipe": "one_step_off"})),
               note="veRL FSDP: ZeRO-3 without TP/PP/EP, full or no checkpointing"),
     # DeepSpeed: no pipeline, one --ds.* setting and one micro-batch for every
     # model; vLLM engines without PP or EP and vLLM's own max_num_seqs.
@@ -163,7 +166,7 @@ def export_error(name: str, plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -
   first = None
   for kwargs in fw.export_options:
     try:
-      exporter.to_config(plan, job, cluster, **kwargs)
+      exporter.to_config(exporter.adapt(plan, **kwargs), job, cluster, **kwargs)
       return None
     except ValueError as e:
       first = first or str(e)
@@ -177,7 +180,7 @@ def export_options(name: str, plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster
   exporter = export_lib.get(name)
   for kwargs in get(name).export_options:
     try:
-      exporter.to_config(plan, job, cluster, **kwargs)
+      exporter.to_config(exporter.adapt(plan, **kwargs), job, cluster, **kwargs)
       return dict(kwargs)
     except ValueError:
       continue
