@@ -20,6 +20,7 @@ from export._src.common import concrete
 from export._src.common import kv_cache_dtype
 from export._src.common import node_layouts
 from export._src.common import refuse_degrees
+from export._src.common import refuse_reward_model_and_epochs
 from export._src.common import same_degrees
 from export._src.common import shares_rollout
 from export._src.common import with_layouts
@@ -141,13 +142,8 @@ def to_areal(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> dict[str, Any
     raise ValueError(f"{_FW}: algorithm='remax': the greedy-rollout baseline has no setting "
                      "(actor.reward_norm and adv_norm express GRPO, RLOO and REINFORCE++; PPO "
                      "adds a critic)")
-  if c.has("reward"):
-    raise ValueError(f"{_FW}: role='reward' on pool {c.role_pool['reward']!r}: a reward model "
-                     "on GPUs has no placement; AReaL scores rollouts with reward functions in "
-                     "the workflow")
-  if c.ppo_epochs != 1:
-    raise ValueError(f"{_FW}: ppo_epochs={c.ppo_epochs}: AReaL makes one pass per batch "
-                     "(actor.ppo_n_minibatches updates)")
+  refuse_reward_model_and_epochs(_FW, c, "reward functions in the workflow",
+                                 "makes one pass per batch (actor.ppo_n_minibatches updates)")
   actor = c.train["actor"]
   same_degrees(_FW, "actor", actor, c.infer["actor"],
                "AReaL computes log-probs with the actor's train engine", state=True)

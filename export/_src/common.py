@@ -345,6 +345,17 @@ def same_degrees(framework: str, role: str, train: Layout, infer: Layout, why: s
                        f"{train_role or role}.train.{name}={int(a)}; {why}")
 
 
+def refuse_reward_model_and_epochs(framework: str, c: Concrete, scores: str,
+                                   passes: str) -> None:
+  """Refuses a reward model on GPUs (the framework scores rollouts with ``scores``) and more
+  than one epoch (its trainer ``passes``)."""
+  if c.has("reward"):
+    raise ValueError(f"{framework}: role='reward' on pool {c.role_pool['reward']!r}: a reward "
+                     f"model on GPUs has no placement; {framework} scores rollouts with {scores}")
+  if c.ppo_epochs != 1:
+    raise ValueError(f"{framework}: ppo_epochs={c.ppo_epochs}: {framework} {passes}")
+
+
 def check_recompute(framework: str, where: str, lay: Layout, what: str) -> None:
   if lay.recompute == 1:
     raise ValueError(f"{framework}: {where}.recompute=selective has no setting: {what} "

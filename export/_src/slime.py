@@ -19,6 +19,7 @@ from export._src.common import fmt
 from export._src.common import kv_cache_dtype
 from export._src.common import node_layouts
 from export._src.common import refuse_degrees
+from export._src.common import refuse_reward_model_and_epochs
 from export._src.common import same_degrees
 from export._src.common import shares_rollout
 from export._src.common import with_layouts
@@ -64,13 +65,9 @@ def to_slime(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> dict:
   if c.algorithm not in _ESTIMATOR:
     raise ValueError(f"{_FW}: algorithm={c.algorithm!r}: --advantage-estimator has grpo, gspo, "
                      "cispo, reinforce_plus_plus(_baseline) and ppo")
-  if c.has("reward"):
-    raise ValueError(f"{_FW}: role='reward' on pool {c.role_pool['reward']!r}: a reward model on "
-                     "GPUs has no placement; slime scores rollouts with --rm-type, --rm-url or "
-                     "--custom-rm-path")
-  if c.ppo_epochs != 1:
-    raise ValueError(f"{_FW}: ppo_epochs={c.ppo_epochs}: slime trains one pass per rollout "
-                     "(--num-steps-per-rollout optimizer steps)")
+  refuse_reward_model_and_epochs(_FW, c, "--rm-type, --rm-url or --custom-rm-path",
+                                 "trains one pass per rollout (--num-steps-per-rollout "
+                                 "optimizer steps)")
   actor = c.train["actor"]
   same_degrees(_FW, "actor", actor, c.infer["actor"],
                "slime computes log-probs with the actor's Megatron layout", state=True)
