@@ -18,9 +18,9 @@ from export._src.common import Scalar
 from export._src.common import check_sync
 from export._src.common import concrete
 from export._src.common import fmt
-from export._src.common import node_layouts
 from export._src.common import shares_rollout
 from export._src.common import with_layouts
+from export._src.nodes import node_layouts
 from export._src.verl_workers import actor_keys
 from export._src.verl_workers import critic_keys
 from export._src.verl_workers import reward_keys
