@@ -248,12 +248,12 @@ def test_every_export_passes_the_pinned_checks_or_is_refused_naming_the_setting(
   assert dict(counts) == EXPECTED_COUNTS
 
 
-# 182 plans x 12 exporter variants = 2,184 exports: 553 pass, 1,631 are refused.
+# 182 plans x 12 exporter variants = 2,184 exports: 556 pass, 1,628 are refused.
 EXPECTED_COUNTS = {
     ("verl", "ok"): 324, ("verl", "refused"): 768,
     ("openrlhf", "ok"): 28, ("openrlhf", "refused"): 154,
-    ("nemo_rl", "ok"): 138, ("nemo_rl", "refused"): 408,
-    ("slime", "ok"): 36, ("slime", "refused"): 146,
+    ("nemo_rl", "ok"): 140, ("nemo_rl", "refused"): 406,
+    ("slime", "ok"): 37, ("slime", "refused"): 145,
     ("areal", "ok"): 27, ("areal", "refused"): 155,
 }
 
@@ -310,6 +310,8 @@ def test_exports_carry_the_plan(exports):
       assert gen["vllm_cfg"]["enable_prefix_caching"] == plan.engine.prefix_caching
       assert gen["vllm_kwargs"] == {"max_num_seqs": int(plan.engine.max_seqs)}
       assert s["defaults"].startswith("ppo" if job.algorithm == "ppo" else "grpo")
+      fp8 = s["policy"]["megatron_cfg"].get("fp8_cfg", {}).get("enabled", False)
+      assert fp8 == (actor.precision.compute == "fp8"), name
       if s["policy"]["megatron_cfg"]["enabled"]:
         opt = s["policy"]["megatron_cfg"]["optimizer"]
         assert opt.get("optimizer_cpu_offload", False) is bool(float(actor.offload)), name
@@ -328,6 +330,7 @@ def test_exports_carry_the_plan(exports):
       assert estimator == {"ppo": "ppo", "reinforce_pp": "reinforce_plus_plus"}.get(
           job.algorithm, "grpo")
       assert ("--optimizer-cpu-offload" in argv) == bool(float(actor.offload)), name
+      assert ("--fp8-format" in argv) == (actor.precision.compute == "fp8"), name
       swapped = "--offload-train" in argv or ("--colocate" in argv
                                               and "--no-offload-train" not in argv)
       assert swapped == bool(float(actor.swap)), name

@@ -82,6 +82,7 @@ class Layout:
   swap: bool
   etp: int
   sequence_parallel: bool
+  precision: cm.Precision = _BF16
 
   @property
   def model_parallel(self) -> int:
@@ -101,7 +102,7 @@ def _layout(p: cm.Parallel, where: str) -> Layout:
        for name in ("tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "recompute",
                     "offload", "swap", "etp")}
   f["offload"], f["swap"] = bool(f["offload"]), bool(f["swap"])
-  return Layout(sequence_parallel=bool(p.sequence_parallel), **f)
+  return Layout(sequence_parallel=bool(p.sequence_parallel), precision=p.precision, **f)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -321,6 +322,24 @@ def with_layouts(plan: cm.Plan, changes: dict[str, dict[str, Any]],
 def shares_rollout(plan: cm.Plan) -> bool:
   """Whether the actor trains on the rollout pool."""
   return plan.shares_pool("actor")
+
+
+FP8_TRAINING = cm.Precision(compute="fp8")
+
+
+def training_fp8(framework: str, c: Concrete, key: str,
+                 roles: tuple[str, ...] = ("actor", "reference", "critic")) -> bool:
+  """Whether the plan trains with FP8 GEMMs (Transformer-Engine style, BF16 weights), which
+  the framework's Megatron setting ``key`` gives every phase of ``roles``; refuses any other
+  format, a mix, or FP8 on another role."""
+  formats = {lay.precision for d in (c.train, c.infer) for r, lay in d.items() if r in roles}
+  others = {lay.precision for d in (c.train, c.infer) for r, lay in d.items()
+            if r not in roles} - {_BF16}
+  if others or len(formats) > 1 or not formats <= {_BF16, FP8_TRAINING}:
+    bad = next(f for f in sorted(formats | others, key=repr) if f != _BF16)
+    _refuse(framework, "layout precision", bad, f"{key} gives every model FP8 GEMMs with BF16 "
+            "weights (Precision(compute='fp8')) or none")
+  return formats == {FP8_TRAINING}
 
 
 def check_sync(framework: str, c: Concrete, backend: str, how: str) -> None:

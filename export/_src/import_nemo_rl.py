@@ -71,7 +71,14 @@ def _layout(o: dict, pre: str, micro: float) -> cm.Parallel:
   else:
     raise ValueError(f"{FW}: {pre}.dtensor_cfg.enabled and {pre}.megatron_cfg.enabled are both "
                      "False; one backend must be on")
+  fp8 = flag(o, f"{pre}.megatron_cfg.enabled", FW) and flag(
+      o, f"{pre}.megatron_cfg.fp8_cfg.enabled", FW)
+  if fp8 and (o.get(f"{pre}.megatron_cfg.fp8_cfg.fp8_recipe") != "delayed"
+              or flag(o, f"{pre}.megatron_cfg.fp8_cfg.fp8_param", FW)):
+    raise ValueError(f"{FW}: {pre}.megatron_cfg.fp8_cfg: the cost model's FP8 training is "
+                     "fp8_recipe delayed with BF16 parameters (fp8_param false)")
   return cm.Parallel(micro_batch=micro, sequence_parallel=sp,
+                     precision=cm.Precision(compute="fp8") if fp8 else cm.Precision(),
                      **{k: float(v) for k, v in f.items()})
 
 
@@ -151,7 +158,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
     roles.append(cm.RolePlan("reward", "rm", infer=infer.replace(
         tp=float(number(o, f"{rm}.dtensor_cfg.tensor_parallel_size", FW, 1)),
         cp=float(number(o, f"{rm}.dtensor_cfg.context_parallel_size", FW, 1)), pp=1.0, ep=1.0,
-        vpp=1.0, etp=1.0, swap=0.0,
+        vpp=1.0, etp=1.0, swap=0.0, precision=cm.Precision(),
         offload=1.0 if flag(o, f"{rm}.dtensor_cfg.cpu_offload", FW) else 0.0,
         micro_batch=float(number(o, f"{rm}.batch_size", FW)))))
   rest = nodes * per_node - sum(pools.values())

@@ -8,6 +8,7 @@ the actor trains on ``train`` (``--actor-num-nodes x --actor-num-gpus-per-node``
 and the engines take ``gen`` (``--rollout-num-gpus``). The critic (PPO) and
 the reference share the actor's GPUs and its Megatron flags; the reference's
 weights live in pinned host memory between its passes (``swap``).
+``--fp8-format e4m3 --fp8-recipe delayed`` is FP8 training (every layout's precision).
 ``--optimizer-cpu-offload`` is the CPU optimizer (``offload``), ``--offload-train``
 (on by default with ``--colocate``) the actor's ``swap``.
 
@@ -62,7 +63,12 @@ def _layout(o: dict, moe: bool) -> cm.Parallel:
   colocate = bool(o.get("colocate"))
   swap = (colocate or bool(o.get("offload-train"))) and not o.get("no-offload-train")
   granularity = choice(o, "recompute-granularity", FW, _RECOMPUTE)
+  fp8 = o.get("fp8-format")
+  if fp8 not in (None, "e4m3") or (fp8 and o.get("fp8-recipe") != "delayed"):
+    raise ValueError(f"{FW}: fp8-format={fp8!r}, fp8-recipe={o.get('fp8-recipe')!r}: the cost "
+                     "model's FP8 training is e4m3 with delayed per-tensor scaling")
   return cm.Parallel(
+      precision=cm.Precision(compute="fp8") if fp8 else cm.Precision(),
       tp=float(tp), pp=float(number(o, "pipeline-model-parallel-size", FW, 1)),
       cp=float(number(o, "context-parallel-size", FW, 1)),
       ep=float(number(o, "expert-model-parallel-size", FW, 1)),

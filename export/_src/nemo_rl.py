@@ -13,6 +13,7 @@ from typing import Any
 import costmodel as cm
 from export._src.base import Exporter
 from export._src.base import to_yaml
+from export._src.common import FP8_TRAINING
 from export._src.common import Concrete
 from export._src.common import Layout
 from export._src.common import check_sync
@@ -20,6 +21,7 @@ from export._src.common import concrete
 from export._src.common import refuse_degrees
 from export._src.common import same_degrees
 from export._src.common import shares_rollout
+from export._src.common import training_fp8
 from export._src.common import with_layouts
 
 VERSION = "NVIDIA-NeMo/RL@7ea279a"
@@ -80,13 +82,15 @@ def _megatron_cfg(lay: Layout, role: str) -> dict:
                        "megatron_cfg.optimizer.optimizer_cpu_offload requires "
                        "use_distributed_optimizer=True (nemo_rl/models/megatron/setup.py)")
     opt.update(optimizer_cpu_offload=True, optimizer_offload_fraction=1.0)
-  cfg = {"enabled": True, "tensor_model_parallel_size": lay.tp,
+  cfg: dict[str, Any] = {"enabled": True, "tensor_model_parallel_size": lay.tp,
          "pipeline_model_parallel_size": lay.pp, "context_parallel_size": lay.cp,
          "expert_model_parallel_size": lay.ep, "expert_tensor_parallel_size": lay.etp,
          "sequence_parallel": lay.sequence_parallel_on,
          "activation_checkpointing": lay.recompute > 0, "optimizer": opt}
   if lay.recompute:
     cfg["recompute_granularity"] = "selective" if lay.recompute == 1 else "full"
+  if lay.precision == FP8_TRAINING:  # delayed per-tensor scaling, BF16 weights (setup.py)
+    cfg["fp8_cfg"] = {"enabled": True, "fp8": "e4m3", "fp8_recipe": "delayed", "fp8_param": False}
   return cfg
 
 
@@ -165,7 +169,8 @@ def to_nemo_rl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
   """
   if backend not in (None, "dtensor", "megatron"):
     raise ValueError(f"to_nemo_rl: backend={backend!r} is not one of (None, 'dtensor', 'megatron')")
-  c = concrete(plan, job, cluster, _FW, rule_set="nemo_rl", supports=frozenset({"etp"}))
+  c = concrete(plan, job, cluster, _FW, rule_set="nemo_rl",
+               supports=frozenset({"etp", "train_precision"}))
   if c.algorithm == "remax":
     raise ValueError(f"{_FW}: algorithm='remax': grpo.adv_estimator has grpo and "
                      "reinforce_plus_plus, ppo.adv_estimator gae; ReMax's greedy baseline has no "
@@ -209,6 +214,10 @@ def to_nemo_rl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
   if backend is None:
     backend = "dtensor" if actor.zero_stage == 3 and actor.pp == 1 and actor.vpp == 1 else \
         "megatron"
+  fp8 = training_fp8(_FW, c, "megatron_cfg.fp8_cfg")
+  if fp8 and backend != "megatron":
+    raise ValueError(f"{_FW}: layout precision compute='fp8' with backend={backend!r}: "
+                     "FP8 training is megatron_cfg.fp8_cfg; use backend='megatron'")
   cluster_cfg, colocated, rm_resources = _resources(c, cluster, rm_pool)
   gbs = c.mini_batch_prompts("policy.train_global_batch_size", _FW) * c.n
   # grpo_rm_1B.yaml extends the DTensor grpo_math_1B.yaml; a Megatron policy on it drops the

@@ -21,6 +21,7 @@ from export._src.common import refuse_degrees
 from export._src.common import refuse_reward_model_and_epochs
 from export._src.common import same_degrees
 from export._src.common import shares_rollout
+from export._src.common import training_fp8
 from export._src.common import with_layouts
 from export._src.nodes import node_layouts
 
@@ -61,7 +62,7 @@ def to_slime(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> dict:
     ``train_async.py``, ``slime/ray/placement_group.py``.
   """
   c = concrete(plan, job, cluster, _FW, rule_set="slime", supports=frozenset(
-      {"etp", "dp_attention", "engine_precision", "rollout_log_probs"}))
+      {"etp", "dp_attention", "engine_precision", "rollout_log_probs", "train_precision"}))
   if c.algorithm not in _ESTIMATOR:
     raise ValueError(f"{_FW}: algorithm={c.algorithm!r}: --advantage-estimator has grpo, gspo, "
                      "cispo, reinforce_plus_plus(_baseline) and ppo")
@@ -132,6 +133,8 @@ def to_slime(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> dict:
                        "--optimizer-cpu-offload needs --use-distributed-optimizer")
     args += [("optimizer-cpu-offload", None), ("overlap-cpu-optimizer-d2h-h2d", None),
              ("use-precision-aware-optimizer", None)]
+  if training_fp8(_FW, c, "--fp8-format"):  # delayed per-tensor scaling (Transformer Engine)
+    args += [("fp8-format", "e4m3"), ("fp8-recipe", "delayed")]
   if actor.recompute:
     args.append(("recompute-granularity", "full" if actor.recompute == 2 else "selective"))
     if actor.recompute == 2:
