@@ -50,7 +50,7 @@ def read_source(source: Any) -> tuple[str, dict[str, Any]]:
     words = list(source)
   else:
     _, text = importing.read_text(source, FW)
-    words = importing.command_words(text, "train")
+    words = importing.command_words(text, *_SCRIPTS)
   script = next((w.rsplit("/", 1)[-1] for w in words if w.rsplit("/", 1)[-1] in _SCRIPTS),
                 "train.py")
   return script, importing.parse_argv(words, _SWITCHES)

@@ -159,11 +159,11 @@ def parse_argv(words: list[str], switches: frozenset[str] = frozenset()) -> dict
   return out
 
 
-def command_words(text: str, marker: str) -> list[str]:
-  """The words of the command line of ``text`` (a script with ``\\`` continuations) that
-  contains ``marker``, else of the whole text."""
+def command_words(text: str, *markers: str) -> list[str]:
+  """The words of the first command line of ``text`` (a script with ``\\`` continuations)
+  that contains one of ``markers``, else of the whole text."""
   text = re.sub(r"\\\n", " ", text)
-  lines = [s for s in text.splitlines() if marker in s] or [text]
+  lines = [s for s in text.splitlines() if any(m in s for m in markers)] or [text]
   return shlex.split(lines[0], comments=True)
 
 

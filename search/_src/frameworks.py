@@ -138,8 +138,10 @@ _REGISTRY = {f.name: f for f in (
     # interruptible rollouts.
     Framework("areal", ("split", "split_async_partial"),
               rule_sets=("zero3", "batch", "areal"), nodes="uniform", options=_NO_SELECTIVE,
-              ties=_tie(("critic",), ("tp", "pp")),
-              note="AReaL: separate rollout pool, partial rollouts when asynchronous"),
+              ties=_tie(("critic",), ("tp", "pp")) + (("actor.mb_infer", "actor.mb_train"),
+                                                      ("critic.mb_infer", "critic.mb_train")),
+              note="AReaL: separate rollout pool, partial rollouts when asynchronous, one "
+              "mb_spec per engine"),
 )}
 
 NAMES = tuple(_REGISTRY)
