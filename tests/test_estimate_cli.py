@@ -90,3 +90,26 @@ def test_plan_from_a_verl_run_prints_the_settings_to_change(tmp_path):
                          for k, _, _ in changes)
   assert (tmp_path / "plan.verl.sh").exists() and (tmp_path / "plan.json").exists()
   assert "Traceback" not in r.stderr and "No GPU/TPU" not in r.stderr
+
+
+def test_estimate_of_a_slime_run_and_an_areal_run_that_lacks_its_keep_rate(tmp_path):
+  import test_export_frameworks as grid  # pylint: disable=import-outside-toplevel
+  name, job, plan, cluster = next(g for g in grid.GRID if g[0] == "grpo/megatron/split-async1")
+  plan = export.get("slime").adapt(plan)
+  (tmp_path / "run.sh").write_text(export.get("slime").export(plan, job, cluster))
+  r = _run("search.estimate_cli", ["--from_slime", "run.sh", "--model", "qwen2.5-7b",
+                                   "--response_mean", "1500"], tmp_path)
+  assert r.returncode == 0, r.stderr[-3000:]
+  back = export.read_config("slime", str(tmp_path / "run.sh"), model="qwen2.5-7b",
+                            response_mean=1500)
+  step = float(cm.estimate(back.job, back.plan, back.cluster).step_time_s)
+  assert f"step {step:.2f} s  mode async(k=1)" in r.stdout, (name, r.stdout[-2000:])
+  assert r.stdout.startswith("slime run run.sh\n")
+  _, dapo, plan, cluster = next(g for g in grid.GRID if g[1].algorithm == "dapo"
+                                and "split-async2" in g[0])
+  cfg = export.to_areal(export.get("areal").adapt(plan), dapo, cluster)
+  (tmp_path / "dapo.yaml").write_text(export.to_yaml(cfg))
+  r = _run("search.estimate_cli", ["--from_areal", "dapo.yaml", "--model", "qwen3-30b-a3b",
+                                   "--response_mean", "1500"], tmp_path)
+  assert r.returncode == 2 and "Traceback" not in r.stderr
+  assert r.stderr.strip().count("\n") == 0 and "pass oversample=" in r.stderr, r.stderr
