@@ -47,8 +47,10 @@ class Given:
     gpu: Accelerator preset (default H100).
     gpus_per_node: GPUs per node of the cluster (default: the most GPUs per
       node any group of the config uses).
-    oversample: DAPO's generated / kept samples (no config states the
-      filter's keep rate; default 1).
+    oversample: DAPO's generated / kept samples (default: NeMo-RL's
+      ``grpo.batch_multiplier``, slime's ``--over-sampling-batch-size`` over
+      ``--rollout-batch-size``, else 1; an AReaL DAPO run states none and
+      needs it).
     engine_max_seqs: vLLM's ``max_num_seqs`` where the framework has no key
       for it (default 256).
   """
