@@ -136,8 +136,10 @@ _REGISTRY = {f.name: f for f in (
               note="slime: Megatron flags shared by every model, SGLang without PP"),
     # The critic's inference reuses the actor's workers; staleness with
     # interruptible rollouts.
+    # Its megatron backend has no CPU optimizer (only the fsdp backend's offload_params).
     Framework("areal", ("split", "split_async_partial"),
-              rule_sets=("zero3", "batch", "areal"), nodes="uniform", options=_NO_SELECTIVE,
+              rule_sets=("zero3", "batch", "areal"), nodes="uniform",
+              options=_NO_SELECTIVE + (("offload", (0,)),),
               ties=_tie(("critic",), ("tp", "pp")) + (("actor.mb_infer", "actor.mb_train"),
                                                       ("critic.mb_infer", "critic.mb_train")),
               note="AReaL: separate rollout pool, partial rollouts when asynchronous, one "
