@@ -108,7 +108,9 @@ def to_openrlhf(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
       placements its colocation flags cannot express, ReMax, pools that are
       not uniform per node, batches that do not split over the ranks, AutoTP
       (tp > 1) with ZeRO-3, ``engine.max_seqs`` (see above), DAPO
-      oversampling in a synchronous run.
+      oversampling in a synchronous run, swap outside a colocated synchronous
+      run or on the reference or reward model, a weight sync other than its
+      own.
 
   References:
     OpenRLHF v0.11.0 ``openrlhf/cli/train_ppo_ray.py`` (the ``colocate_all``,

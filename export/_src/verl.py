@@ -115,7 +115,10 @@ def to_verl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster, strategy: str = "
       partial rollout, staleness other than 1 with ``one_step_off``, DAPO
       where its group filter does not run, a reward model on the trainer's
       GPUs in an asynchronous trainer, batches that do not split over the
-      data-parallel ranks.
+      data-parallel ranks (the rule table's ``verl`` set), the CPU optimizer
+      on FSDP1 or on Megatron without the distributed optimizer, an FSDP
+      reference whose parameters are not on the host, a weight sync other
+      than the trainer's, and every setting :func:`check_supported` names.
 
   References:
     verl-project/verl@1dda039 ``verl/trainer/config/_generated_ppo_trainer.yaml``
