@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import test_export_frameworks as grid
 import yaml
 
 import costmodel as cm
@@ -62,15 +63,7 @@ def with_roles(plan, ref=None, swap=False, backend=None):
   """``plan`` with the reference's inference layout changed by ``ref`` (veRL's FSDP
   reference keeps its parameters on the host: ``offload=1``), with ``swap`` the actor's and
   critic's state swapped to the host between steps, and the engine's weight sync ``backend``."""
-  roles = []
-  for r in plan.roles:
-    train, infer = r.train, r.infer_layout
-    if r.role == "reference" and ref:
-      infer = infer.replace(**ref)
-    if swap and r.role in ("actor", "critic"):
-      train, infer = train.replace(swap=1.0), infer.replace(swap=1.0)
-    roles.append(cm.RolePlan(r.role, r.pool, train=train, infer=infer))
-  plan = plan.replace(roles=tuple(roles))
+  plan = grid.with_roles(plan, ref, swap)
   if backend:
     plan = plan.replace(engine=plan.engine.replace(sync_backend=backend))
   return plan

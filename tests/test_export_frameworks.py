@@ -67,7 +67,7 @@ def _layouts(job):
            {"offload": 0.0}))
 
 
-def _with(plan, ref=None, swap=False):
+def with_roles(plan, ref=None, swap=False):
   """``plan`` with the reference's inference layout changed by ``ref`` and, with ``swap``,
   the actor and critic swapping their state to the host between steps."""
   roles = []
@@ -103,29 +103,29 @@ def _plans():
           if job.has_critic:
             roles.append(cm.RolePlan("critic", "train", train=train))
           pools = (cm.Pool("gen", 4.0), cm.Pool("train", 8.0), cm.Pool("rm", 4.0))
-          grid.append((f"{jname}/{lname}/split3-{mname}", job, _with(cm.Plan(
+          grid.append((f"{jname}/{lname}/split3-{mname}", job, with_roles(cm.Plan(
               pools=pools, roles=tuple(roles), engine=engine, rollout_pool="gen",
               mode=modes[mname]), ref)))
-        grid.append((f"{jname}/{lname}/colocated-rm", job, _with(cm.Plan.colocated(
+        grid.append((f"{jname}/{lname}/colocated-rm", job, with_roles(cm.Plan.colocated(
             job, CLUSTER, train=train, engine=engine), ref)))
         continue
       colocated = cm.Plan.colocated(job, CLUSTER, train=train, engine=engine)
-      grid.append((f"{jname}/{lname}/colocated", job, _with(colocated, ref)))
-      grid.append((f"{jname}/{lname}/colocated-swap", job, _with(colocated, ref, swap=True)))
+      grid.append((f"{jname}/{lname}/colocated", job, with_roles(colocated, ref)))
+      grid.append((f"{jname}/{lname}/colocated-swap", job, with_roles(colocated, ref, swap=True)))
       for mname, mode in modes.items():
         split = cm.Plan.split(job, CLUSTER, gen_gpus=8, train=train, engine=engine, mode=mode)
-        grid.append((f"{jname}/{lname}/split-{mname}", job, _with(split, ref)))
+        grid.append((f"{jname}/{lname}/split-{mname}", job, with_roles(split, ref)))
         if mname == "sync":
-          grid.append((f"{jname}/{lname}/split-sync-swap", job, _with(split, ref, swap=True)))
+          grid.append((f"{jname}/{lname}/split-sync-swap", job, with_roles(split, ref, swap=True)))
   grid = [(name, job, plan, CLUSTER) for name, job, plan in grid]
   # One node: generation on part of it (NeMo-RL's single-node resources, striped pools).
   for jname in ("grpo", "ppo", "dapo-moe"):
     job = jobs[jname]
     _, train, engine, ref = _layouts(job)[0]
     for mname, mode in modes.items():
-      grid.append((f"{jname}/zero3/one-node-split-{mname}", job, _with(cm.Plan.split(
+      grid.append((f"{jname}/zero3/one-node-split-{mname}", job, with_roles(cm.Plan.split(
           job, ONE_NODE, gen_gpus=4, train=train, engine=engine, mode=mode), ref), ONE_NODE))
-    grid.append((f"{jname}/zero3/one-node-colocated", job, _with(
+    grid.append((f"{jname}/zero3/one-node-colocated", job, with_roles(
         cm.Plan.colocated(job, ONE_NODE, train=train, engine=engine), ref), ONE_NODE))
   grid += _feature_plans(jobs)
   for _, job, plan, cluster in grid:
@@ -144,7 +144,7 @@ def _feature_plans(jobs):
   out = []
 
   def split(name, job, train, eng, mode, ref):
-    out.append((name, job, _with(cm.Plan.split(job, CLUSTER, gen_gpus=8, train=train,
+    out.append((name, job, with_roles(cm.Plan.split(job, CLUSTER, gen_gpus=8, train=train,
                                                engine=eng, mode=mode), ref), CLUSTER))
 
   split("grpo/megatron/eager", grpo, mega, engine.replace(cuda_graphs=False), a1, ref)

@@ -13,8 +13,8 @@ import export
 
 def export_options(framework: str, plan: cm.Plan) -> dict[str, Any]:
   """The options a command-line export uses: the training backend the actor's layout needs
-  (Megatron for TP/PP/EP or ZeRO <= 1, else FSDP, FSDP2 with the CPU optimizer), the trainer its mode needs, and for OpenRLHF
-  vLLM's own ``max_num_seqs`` (it has no flag for it)."""
+  (Megatron for TP/PP/EP or ZeRO <= 1, else FSDP, FSDP2 with the CPU optimizer), the trainer
+  its mode needs, and for OpenRLHF vLLM's own ``max_num_seqs`` (it has no flag for it)."""
   a = plan.role("actor").train
   megatron = (float(a.tp) * float(a.pp) * float(a.ep) > 1 or float(a.zero_stage) <= 1)
   if framework == "verl":
