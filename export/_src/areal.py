@@ -19,6 +19,7 @@ from export._src.common import check_sync
 from export._src.common import concrete
 from export._src.common import kv_cache_dtype
 from export._src.common import refuse_degrees
+from export._src.common import refuse_remax
 from export._src.common import refuse_reward_model_and_epochs
 from export._src.common import same_degrees
 from export._src.common import shares_rollout
@@ -138,10 +139,8 @@ def to_areal(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> dict[str, Any
   """
   c = concrete(plan, job, cluster, _FW, rule_set="areal",
                supports=frozenset({"dp_attention", "engine_precision"}))
-  if c.algorithm == "remax":
-    raise ValueError(f"{_FW}: algorithm='remax': the greedy-rollout baseline has no setting "
-                     "(actor.reward_norm and adv_norm express GRPO, RLOO and REINFORCE++; PPO "
-                     "adds a critic)")
+  refuse_remax(_FW, c, "actor.reward_norm and adv_norm express GRPO, RLOO and REINFORCE++; "
+               "PPO adds a critic")
   refuse_reward_model_and_epochs(_FW, c, "reward functions in the workflow",
                                  "makes one pass per batch (actor.ppo_n_minibatches updates)")
   actor = c.train["actor"]

@@ -362,6 +362,13 @@ def same_degrees(framework: str, role: str, train: Layout, infer: Layout, why: s
                        f"{train_role or role}.train.{name}={int(a)}; {why}")
 
 
+def refuse_remax(framework: str, c: Concrete, why: str) -> None:
+  """Refuses ReMax (its greedy-rollout baseline), saying what the framework has instead."""
+  if c.algorithm == "remax":
+    raise ValueError(f"{framework}: algorithm='remax': the greedy-rollout baseline has no "
+                     f"setting ({why})")
+
+
 def refuse_reward_model_and_epochs(framework: str, c: Concrete, scores: str,
                                    passes: str) -> None:
   """Refuses a reward model on GPUs (the framework scores rollouts with ``scores``) and more

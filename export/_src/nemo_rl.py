@@ -19,6 +19,7 @@ from export._src.common import Layout
 from export._src.common import check_sync
 from export._src.common import concrete
 from export._src.common import refuse_degrees
+from export._src.common import refuse_remax
 from export._src.common import same_degrees
 from export._src.common import shares_rollout
 from export._src.common import training_fp8
@@ -171,10 +172,8 @@ def to_nemo_rl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
     raise ValueError(f"to_nemo_rl: backend={backend!r} is not one of (None, 'dtensor', 'megatron')")
   c = concrete(plan, job, cluster, _FW, rule_set="nemo_rl",
                supports=frozenset({"etp", "train_precision"}))
-  if c.algorithm == "remax":
-    raise ValueError(f"{_FW}: algorithm='remax': grpo.adv_estimator has grpo and "
-                     "reinforce_plus_plus, ppo.adv_estimator gae; ReMax's greedy baseline has no "
-                     "setting")
+  refuse_remax(_FW, c, "grpo.adv_estimator has grpo and reinforce_plus_plus, "
+               "ppo.adv_estimator gae")
   ppo = c.algorithm == "ppo"
   if ppo and not c.use_reference:
     raise ValueError(f"{_FW}: job.use_reference=False with algorithm='ppo': NeMo-RL's PPO always "
