@@ -13,10 +13,16 @@ cannot bound) raises ``ValueError`` naming the setting and why.
 >>> overrides = verl.to_config(plan, job, cluster, strategy="megatron")  # doctest: +SKIP
 >>> print(verl.render(overrides))  # doctest: +SKIP
 
+``Parallel.offload`` (the CPU optimizer) and ``Parallel.swap`` (a role's state
+moved to the host between its stages) map to each framework's own keys, and
+``Exporter.adapt(plan)`` is the plan as that framework runs it (its weight
+sync, where it keeps each role's state), which a searched plan needs before it
+exports.
+
 Imports read the run a user already has (veRL overrides, a launch script or
-YAML; an OpenRLHF command line; a NeMo-RL YAML) into the job, plan and cluster,
-taking what no config states (the mean response length, the architecture
-behind a model path) from keywords:
+YAML; an OpenRLHF command line; a NeMo-RL YAML; a slime command line; an AReaL
+YAML) into the job, plan and cluster, taking what no config states (the mean
+response length, the architecture behind a model path) from keywords:
 
 >>> job, plan, cluster = export.read_config(  # doctest: +SKIP
 ...     "verl", "overrides.txt", model="qwen3-8b", response_mean=900)

@@ -39,8 +39,9 @@ _OUT = flags.DEFINE_string("out", None, "Write the (imported) plan, job and esti
 def _inputs() -> tuple[cm.RLJob, cm.Plan, cm.Cluster, str]:
   start = cli.source()
   if (start is None) == (_PLAN.value is None):
-    raise ValueError("give one of --plan or --from_verl / --from_openrlhf / --from_nemo_rl "
-                     f"(got plan={_PLAN.value!r}, from={start and start[0]!r})")
+    raise ValueError("give one of --plan or --from_verl / --from_openrlhf / --from_nemo_rl / "
+                     f"--from_slime / --from_areal (got plan={_PLAN.value!r}, "
+                     f"from={start and start[0]!r})")
   if start is not None:
     imported = cli.import_run(*start)
     return imported.job, imported.plan, imported.cluster, f"{start[0]} run {start[1]}"

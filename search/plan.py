@@ -10,7 +10,8 @@ fits, naming the stage that does not.
   python -m search.plan --starts 8 --steps 30 --families split
   rlcost-plan --from_verl run.sh --response_mean 900 --out plan.json --export verl
 
-``--from_verl`` / ``--from_openrlhf`` / ``--from_nemo_rl`` start from a run
+``--from_verl`` / ``--from_openrlhf`` / ``--from_nemo_rl`` / ``--from_slime`` /
+``--from_areal`` start from a run
 the user has: its job and cluster are searched, and the plans faster than it
 are printed as the settings to change.
 """

@@ -104,6 +104,11 @@ def check_verl(o: dict) -> list[str]:
   keys = config_keys("verl", config)
   bad = []
   for k, v in o.items():
+    if k.startswith("+"):  # Hydra adds a key under an open dict node (``+a.b.c=v``)
+      parents = [k[1:].rsplit(".", i)[0] for i in range(1, k.count("."))]
+      if not any(keys.get(p) == "dict" for p in parents):
+        bad.append(f"{k}: no open dict node of {config} above it")
+      continue
     if k not in keys:
       bad.append(f"{k}: not a key of {config}")
     elif not (type_ok(keys[k], v) or (v is None and k in _VERL_NULLABLE)):
@@ -333,4 +338,8 @@ def check_areal(cfg: dict) -> list[str]:
   off = cfg["rollout"].get("max_head_offpolicyness", 0)
   if not (isinstance(off, int) and off >= 0):
     bad.append(f"max_head_offpolicyness={off!r}")
+  colocated = cfg["rollout"].get("scheduling_strategy", {}).get("type") == "colocation"
+  offloads = colocated or any(cfg.get(r, {}).get("offload") for r in ("actor", "ref", "critic"))
+  if offloads and not cfg.get("enable_offload"):  # rl_trainer.py _validate_cfg
+    bad.append("colocation or an engine's offload needs enable_offload=True")
   return bad

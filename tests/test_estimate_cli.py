@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 import costmodel as cm
 import export
 
@@ -23,9 +25,17 @@ def _run(module, args, cwd):
                         env=env, cwd=cwd, timeout=900)
 
 
+def _swapped_ipc(plan):
+  """The plan as NeMo-RL runs it colocated: the actor's state swapped, CUDA IPC refit."""
+  roles = tuple(cm.RolePlan(r.role, r.pool, train=r.train.replace(swap=1.0),
+                            infer=r.infer_layout.replace(swap=1.0)) if r.role == "actor" else r
+                for r in plan.roles)
+  return plan.replace(roles=roles, engine=plan.engine.replace(sync_backend="ipc"))
+
+
 def test_estimate_of_an_imported_run_and_of_its_plan_file(tmp_path):
   r = _run("search.estimate_cli", ["--from_verl", EXAMPLE, "--response_mean", "1000",
-                                   "--out", "plan.json", "--export", "verl,nemo_rl",
+                                   "--out", "plan.json", "--export", "verl",
                                    "--report", "report.html"], tmp_path)
   assert r.returncode == 0, r.stderr[-3000:]
   assert r.stderr == ""  # no platform warnings, no logging
@@ -40,7 +50,11 @@ def test_estimate_of_an_imported_run_and_of_its_plan_file(tmp_path):
   verl = (tmp_path / "plan.verl.sh").read_text()
   assert verl.startswith("# veRL export (keys checked against verl-project/verl@1dda039)")
   assert "actor_rollout_ref.rollout.gpu_memory_utilization=0.6" in verl
-  assert (tmp_path / "plan.nemo_rl.yaml").read_text().startswith("# NeMo-RL export")
+  # NeMo-RL cannot run this plan: colocated, it always swaps the policy's state to the host
+  # and refits by CUDA IPC, where the veRL run keeps the state resident (param_offload False).
+  with pytest.raises(ValueError, match="actor.train.swap=0"):
+    export.to_nemo_rl(plan, job, cluster)
+  assert export.to_nemo_rl(_swapped_ipc(plan), job, cluster)["defaults"] == "grpo_math_1B.yaml"
   assert (tmp_path / "report.html").read_text().count("data:image/png;base64,") == 4
   again = _run("search.estimate_cli", ["--plan", "plan.json"], tmp_path)
   assert again.returncode == 0, again.stderr[-3000:]
@@ -76,3 +90,26 @@ def test_plan_from_a_verl_run_prints_the_settings_to_change(tmp_path):
                          for k, _, _ in changes)
   assert (tmp_path / "plan.verl.sh").exists() and (tmp_path / "plan.json").exists()
   assert "Traceback" not in r.stderr and "No GPU/TPU" not in r.stderr
+
+
+def test_estimate_of_a_slime_run_and_an_areal_run_that_lacks_its_keep_rate(tmp_path):
+  import test_export_frameworks as grid  # pylint: disable=import-outside-toplevel
+  name, job, plan, cluster = next(g for g in grid.GRID if g[0] == "grpo/megatron/split-async1")
+  plan = export.get("slime").adapt(plan)
+  (tmp_path / "run.sh").write_text(export.get("slime").export(plan, job, cluster))
+  r = _run("search.estimate_cli", ["--from_slime", "run.sh", "--model", "qwen2.5-7b",
+                                   "--response_mean", "1500"], tmp_path)
+  assert r.returncode == 0, r.stderr[-3000:]
+  back = export.read_config("slime", str(tmp_path / "run.sh"), model="qwen2.5-7b",
+                            response_mean=1500)
+  step = float(cm.estimate(back.job, back.plan, back.cluster).step_time_s)
+  assert f"step {step:.2f} s  mode async(k=1)" in r.stdout, (name, r.stdout[-2000:])
+  assert r.stdout.startswith("slime run run.sh\n")
+  _, dapo, plan, cluster = next(g for g in grid.GRID if g[1].algorithm == "dapo"
+                                and "split-async2" in g[0])
+  cfg = export.to_areal(export.get("areal").adapt(plan), dapo, cluster)
+  (tmp_path / "dapo.yaml").write_text(export.to_yaml(cfg))
+  r = _run("search.estimate_cli", ["--from_areal", "dapo.yaml", "--model", "qwen3-30b-a3b",
+                                   "--response_mean", "1500"], tmp_path)
+  assert r.returncode == 2 and "Traceback" not in r.stderr
+  assert r.stderr.strip().count("\n") == 0 and "pass oversample=" in r.stderr, r.stderr

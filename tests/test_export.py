@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import test_export_frameworks as grid
 import yaml
 
 import costmodel as cm
@@ -69,6 +70,19 @@ def to_openrlhf(*args, **kw):
   return export.to_openrlhf(*args, vllm_default_max_seqs=True, **kw)
 
 
+def with_roles(plan, ref=None, swap=False, backend=None):
+  """``plan`` with the reference's inference layout changed by ``ref`` (veRL's FSDP
+  reference keeps its parameters on the host: ``offload=1``), with ``swap`` the actor's and
+  critic's state swapped to the host between steps, and the engine's weight sync ``backend``."""
+  plan = grid.with_roles(plan, ref, swap)
+  if backend:
+    plan = plan.replace(engine=plan.engine.replace(sync_backend=backend))
+  return plan
+
+
+HOST_REF = {"offload": 1.0}
+
+
 def refusal(fn, *match):
   with pytest.raises(ValueError) as info:
     fn()
@@ -82,6 +96,7 @@ def refusal(fn, *match):
 
 def test_verl_colocated_grpo_fsdp_v1():
   plan, job, cluster = colocated_grpo()
+  plan = with_roles(plan, HOST_REF)
   expected = {
       "trainer.nnodes": 1, "trainer.n_gpus_per_node": 8,
       "data.train_batch_size": 128, "data.max_prompt_length": 1024,
@@ -98,12 +113,12 @@ def test_verl_colocated_grpo_fsdp_v1():
       "actor_rollout_ref.model.enable_gradient_checkpointing": True,
       "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 2,
       "actor_rollout_ref.ref.ulysses_sequence_parallel_size": 2,
-      "actor_rollout_ref.ref.fsdp_config.param_offload": False,
       "actor_rollout_ref.rollout.name": "vllm", "actor_rollout_ref.rollout.n": 8,
       "actor_rollout_ref.rollout.tensor_model_parallel_size": 2,
       "actor_rollout_ref.rollout.gpu_memory_utilization": 0.6,
       "actor_rollout_ref.rollout.max_num_seqs": 256,
       "actor_rollout_ref.rollout.enable_prefix_caching": True,
+      "actor_rollout_ref.rollout.enforce_eager": False,  # the plan decodes with CUDA graphs
       "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 2,
       "trainer.use_v1": True, "trainer.v1.trainer_mode": "sync",
   }
@@ -117,6 +132,7 @@ def test_verl_colocated_grpo_fsdp_v1():
 
 def test_verl_split_async_legacy_fully_async():
   plan, job, cluster = split_async_grpo(staleness=2)
+  plan = with_roles(plan, HOST_REF, backend="bucketed")
   o = export.to_verl(plan, job, cluster, version="legacy")
   placement = {k: v for k, v in o.items()
                if k.startswith(("trainer.", "rollout.", "async_training.", "actor_rollout_ref.hy",
@@ -130,8 +146,9 @@ def test_verl_split_async_legacy_fully_async():
       "rollout.nnodes": 1, "rollout.n_gpus_per_node": 8,
       "rollout.total_rollout_steps": None,
       "async_training.staleness_threshold": 2.0,
-      "async_training.trigger_parameter_sync_step": 4,  # 128 / 32 prompts per mini-batch
-      "async_training.require_batches": 1,
+      # No streaming: one trainer call takes the step's 4 mini-batches (128 / 32 prompts).
+      "async_training.trigger_parameter_sync_step": 1,
+      "async_training.require_batches": 4,
       "async_training.partial_rollout": True,
   }
   assert o["actor_rollout_ref.rollout.tensor_model_parallel_size"] == 4
@@ -144,6 +161,7 @@ def test_verl_split_async_legacy_fully_async():
 
 def test_verl_split_async_v1_separate_async():
   plan, job, cluster = split_async_grpo(staleness=2)
+  plan = with_roles(plan, HOST_REF, backend="bucketed")
   o = export.to_verl(plan, job, cluster, version="v1")
   v1 = {k: v for k, v in o.items() if k.startswith(("trainer.", "actor_rollout_ref.rollout.nn",
                                                      "actor_rollout_ref.rollout.n_gpus",
@@ -167,6 +185,7 @@ def test_verl_split_async_v1_separate_async():
 
 def test_verl_split_one_step_off_recipe():
   plan, job, cluster = split_async_grpo(staleness=1, partial=False)
+  plan = with_roles(plan, HOST_REF, backend="bucketed")
   o = export.to_verl(plan, job, cluster, version="legacy", async_recipe="one_step_off")
   assert o["rollout.n_gpus_per_node"] == 8 and o["actor_rollout_ref.hybrid_engine"] is False
   assert not any(k.startswith("async_training.") for k in o)
@@ -179,7 +198,8 @@ def test_verl_striped_pools_over_two_nodes():
   job = grpo_job(prompts_per_step=96)  # 96 x 8 / 4 = 192 samples per mini-batch, 16 per rank
   plan = cm.Plan.split(job, TWO_NODES, gen_gpus=4, train=cm.Parallel(micro_batch=1),
                        engine=cm.Engine(tp=2), mode=cm.Mode(staleness=1, partial_rollout=True))
-  o = export.to_verl(plan, job, TWO_NODES, version="legacy")
+  o = export.to_verl(with_roles(plan, HOST_REF, backend="bucketed"), job, TWO_NODES,
+                     version="legacy")
   assert (o["trainer.nnodes"], o["trainer.n_gpus_per_node"]) == (2, 6)
   assert (o["rollout.nnodes"], o["rollout.n_gpus_per_node"]) == (2, 2)
 
@@ -253,8 +273,9 @@ def test_verl_reward_model_own_pool():
   job = grpo_job(reward_model=cm.models.get("qwen2.5-1.5b"))
   pools = (cm.Pool("main", 8.0), cm.Pool("rm", 8.0))
   p = cm.Parallel(micro_batch=2)
-  roles = (cm.RolePlan("actor", "main", train=p), cm.RolePlan("reference", "main", infer=p),
-           cm.RolePlan("reward", "rm", infer=cm.Parallel(micro_batch=8, offload=1)))
+  ref = cm.RolePlan("reference", "main", infer=p.replace(offload=1))
+  roles = (cm.RolePlan("actor", "main", train=p), ref,
+           cm.RolePlan("reward", "rm", infer=cm.Parallel(micro_batch=8, swap=1)))
   plan = cm.Plan(pools=pools, roles=roles, engine=cm.Engine(tp=2), rollout_pool="main")
   o = export.to_verl(plan, job, TWO_NODES)
   # At 1dda039 the reward model is served by a rollout engine under reward.reward_model.
@@ -293,6 +314,7 @@ def test_verl_dapo_and_kl_keys():
 
 def test_openrlhf_colocated_grpo_dotted():
   plan, job, cluster = colocated_grpo()
+  plan = with_roles(plan, swap=True, backend="ipc")
   expected = [
       "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "8",
       "--ref.num_nodes", "1", "--ref.num_gpus_per_node", "8",
@@ -310,6 +332,9 @@ def test_openrlhf_colocated_grpo_dotted():
   ]
   argv = to_openrlhf(plan, job, cluster)
   assert argv == expected
+  # Without swap the DeepSpeed states stay on the GPUs (no --ds.enable_sleep).
+  resident = to_openrlhf(with_roles(colocated_grpo()[0], backend="ipc"), job, cluster)
+  assert resident == [a for a in expected if a != "--ds.enable_sleep"]
   # colocate_all (sync): actor GPUs == vllm engines x vllm TP
   assert 8 == int(argv[argv.index("--vllm.num_engines") + 1]) * int(
       argv[argv.index("--vllm.tensor_parallel_size") + 1])
@@ -341,7 +366,7 @@ def test_openrlhf_split_async():
 def test_openrlhf_autotp_zero3_and_dapo_oversampling():
   job = grpo_job()
   plan = cm.Plan.colocated(job, ONE_NODE, train=cm.Parallel(tp=2, zero_stage=3),
-                           engine=cm.Engine(tp=2))
+                           engine=cm.Engine(tp=2, sync_backend="ipc"))
   refusal(lambda: to_openrlhf(plan, job, ONE_NODE), "zero_stage=3", "AutoTP", "0-2")
   ok = to_openrlhf(plan.replace(roles=tuple(
       dataclasses.replace(r, train=cm.Parallel(tp=2, zero_stage=2)) if r.role == "actor" else
@@ -349,7 +374,7 @@ def test_openrlhf_autotp_zero3_and_dapo_oversampling():
       job, ONE_NODE)
   assert ok[ok.index("--ds.tensor_parallel_size") + 1] == "2"
   dapo = cm.RLJob("dapo", QWEN7B, prompts_per_step=64, samples_per_prompt=8, oversample=1.5)
-  sync = cm.Plan.colocated(dapo, ONE_NODE, engine=cm.Engine(tp=2))
+  sync = cm.Plan.colocated(dapo, ONE_NODE, engine=cm.Engine(tp=2, sync_backend="ipc"))
   refusal(lambda: to_openrlhf(sync, dapo, ONE_NODE), "job.oversample=1.5",
           "--train.async_enable")
   asyn = cm.Plan.split(dapo, ONE_NODE, gen_gpus=4, engine=cm.Engine(tp=2),
@@ -394,6 +419,7 @@ def test_openrlhf_ppo_critic_on_actor_pool_needs_async():
 
 def test_nemo_rl_colocated_grpo():
   plan, job, cluster = colocated_grpo()
+  plan = with_roles(plan, swap=True, backend="ipc")  # colocated refit: CUDA IPC, state swapped
   expected = {
       "defaults": "grpo_math_1B.yaml",  # the snippet extends NeMo-RL's example config
       "cluster": {"num_nodes": 1, "gpus_per_node": 8},
@@ -415,15 +441,20 @@ def test_nemo_rl_colocated_grpo():
               # in vllm_kwargs it would be a duplicate keyword.
               "vllm_cfg": {"tensor_parallel_size": 2, "pipeline_parallel_size": 1,
                            "expert_parallel_size": 1, "gpu_memory_utilization": 0.6,
-                           "async_engine": False, "enable_prefix_caching": True},
+                           "async_engine": False, "enable_prefix_caching": True,
+                           "enforce_eager": False},
               "vllm_kwargs": {"max_num_seqs": 256},
               "colocated": {"enabled": True}}},
   }
   assert export.to_nemo_rl(plan, job, cluster) == expected
+  # The policy's state goes to the host around colocated generation: swap 0 has no setting.
+  refusal(lambda: export.to_nemo_rl(colocated_grpo()[0].replace(engine=plan.engine), job,
+                                    cluster), "actor.train.swap=0", "use swap=1")
 
 
 def test_nemo_rl_split_async_grpo():
   plan, job, cluster = split_async_grpo(staleness=2)
+  plan = with_roles(plan, backend="bucketed")
   d = export.to_nemo_rl(plan, job, cluster)
   assert d["cluster"] == {"num_nodes": 2, "gpus_per_node": 8}
   assert d["policy"]["generation"]["colocated"] == {
@@ -438,7 +469,8 @@ def test_nemo_rl_split_async_grpo():
 def test_nemo_rl_single_node_split_and_megatron():
   job = grpo_job()
   train = cm.Parallel(tp=2, pp=2, micro_batch=1, zero_stage=1)
-  plan = cm.Plan.split(job, ONE_NODE, gen_gpus=4, train=train, engine=cm.Engine(tp=2))
+  engine = cm.Engine(tp=2, sync_backend="bucketed")
+  plan = cm.Plan.split(job, ONE_NODE, gen_gpus=4, train=train, engine=engine)
   d = export.to_nemo_rl(plan, job, ONE_NODE)
   # One node: generation takes gpus_per_node of it, training the rest.
   assert d["cluster"] == {"num_nodes": 1, "gpus_per_node": 8}
@@ -454,11 +486,11 @@ def test_nemo_rl_single_node_split_and_megatron():
       "optimizer": {"use_distributed_optimizer": True}}
   # ZeRO-2/3 on Megatron would silently run as ZeRO-1 (use_custom_fsdp is never read).
   zero2 = cm.Plan.split(job, ONE_NODE, gen_gpus=4, train=train.replace(zero_stage=2),
-                        engine=cm.Engine(tp=2))
+                        engine=engine)
   refusal(lambda: export.to_nemo_rl(zero2, job, ONE_NODE), "zero_stage=2", "use_custom_fsdp")
   # Optimizer offload is expressible on Megatron (with the distributed optimizer).
   off = cm.Plan.split(job, ONE_NODE, gen_gpus=4, train=train.replace(offload=1),
-                      engine=cm.Engine(tp=2))
+                      engine=engine)
   assert export.to_nemo_rl(off, job, ONE_NODE)["policy"]["megatron_cfg"]["optimizer"] == {
       "use_distributed_optimizer": True, "optimizer_cpu_offload": True,
       "optimizer_offload_fraction": 1.0}
@@ -471,7 +503,9 @@ def test_to_yaml_reads_back_and_keeps_order():
   text = export.to_yaml(d)
   assert yaml.safe_load(text) == d  # strings YAML would read as bools or numbers are quoted
   assert text.startswith("cluster:\n  num_nodes: 2\n  gpus_per_node: 8\npolicy:\n")
-  text = export.to_yaml(export.to_nemo_rl(*colocated_grpo()))
+  plan, job, cluster = colocated_grpo()
+  text = export.to_yaml(export.to_nemo_rl(with_roles(plan, swap=True, backend="ipc"), job,
+                                          cluster))
   assert "    colocated:\n      enabled: true\n" in text
 
 
@@ -483,17 +517,24 @@ def test_registry_names_each_framework_and_its_version():
   zero1 = plan.replace(roles=tuple(dataclasses.replace(
       r, train=r.train and cm.Parallel(cp=2, micro_batch=2, zero_stage=1),
       infer=cm.Parallel(cp=2, micro_batch=2, zero_stage=1)) for r in plan.roles))
+  # Each framework's colocated run: its weight sync, where it keeps the reference's weights
+  # and whether the trainer's state leaves the GPUs while the engines generate.
+  plans = {"verl": with_roles(plan, HOST_REF), "openrlhf": with_roles(plan, backend="ipc"),
+           "nemo_rl": with_roles(plan, swap=True, backend="ipc"),
+           "slime": with_roles(zero1, {"swap": 1.0}, swap=True, backend="ipc"),
+           "areal": with_roles(plan, swap=True, backend="bucketed")}
   for name in export.FRAMEWORKS:
     e = export.get(name)
     assert e.name == name and "@" in e.version
     opts = options.get(name, {})
-    p = zero1 if name == "slime" else plan  # slime trains with Megatron (ZeRO-1 at most)
+    p = plans[name]
     text = e.export(p, job, cluster, **opts)
     assert text.splitlines()[0] == e.header() and e.version in text.splitlines()[0]
     assert text == e.render(e.to_config(p, job, cluster, **opts))
-  assert export.get("verl").to_config(plan, job, cluster) == export.to_verl(plan, job, cluster)
-  body = export.get("nemo_rl").export(plan, job, cluster).split("\n", 1)[1]
-  assert yaml.safe_load(body) == export.to_nemo_rl(plan, job, cluster)
+  assert export.get("verl").to_config(plans["verl"], job, cluster) == export.to_verl(
+      plans["verl"], job, cluster)
+  body = export.get("nemo_rl").export(plans["nemo_rl"], job, cluster).split("\n", 1)[1]
+  assert yaml.safe_load(body) == export.to_nemo_rl(plans["nemo_rl"], job, cluster)
   refusal(lambda: export.get("deepspeed_chat"), "framework='deepspeed_chat'", "verl")
 
 
@@ -532,26 +573,31 @@ def test_verl_refuses_megatron_zero3_and_fsdp_selective():
 
 def test_verl_split_sync_and_one_step_off_refusals():
   plan, job, cluster = split_async_grpo(staleness=0, partial=False)
+  plan = with_roles(plan, HOST_REF, backend="bucketed")
   refusal(lambda: export.to_verl(plan, job, cluster), "trainer_mode", "legacy")
   o = export.to_verl(plan, job, cluster, version="legacy")
   assert o["async_training.staleness_threshold"] == 0.0  # fully_async's synchronous pipeline
   plan, job, cluster = split_async_grpo(staleness=2, partial=False)
+  plan = with_roles(plan, HOST_REF, backend="bucketed")
   refusal(lambda: export.to_verl(plan, job, cluster), "partial_rollout")
   refusal(lambda: export.to_verl(plan, job, cluster, version="legacy",
                                  async_recipe="one_step_off"), "staleness=2", "one_step_off")
 
 
 def test_non_uniform_pools_refused():
-  job = grpo_job()
+  job = grpo_job(prompts_per_step=11, mini_batches=1)  # 88 samples: 8 per rank of 11
   plan = cm.Plan.split(job, TWO_NODES, gen_gpus=5, engine=cm.Engine(tp=1),
                        mode=cm.Mode(staleness=1, partial_rollout=True))
-  for fn in (lambda: export.to_verl(plan, job, TWO_NODES, version="legacy"),
+  for fn in (lambda: export.to_verl(with_roles(plan, HOST_REF, backend="bucketed"), job,
+                                    TWO_NODES, version="legacy"),
              lambda: to_openrlhf(plan, job, TWO_NODES)):
     refusal(fn, "pool 'train' of 11 GPUs", "n_gpus_per_node")
   # NeMo-RL gives generation whole nodes on a multi-node cluster.
+  job = grpo_job(prompts_per_step=96)  # 192 samples per mini-batch: 16 per rank of 12
   plan = cm.Plan.split(job, TWO_NODES, gen_gpus=4, engine=cm.Engine(tp=1),
                        mode=cm.Mode(staleness=1, partial_rollout=True))
-  refusal(lambda: export.to_nemo_rl(plan, job, TWO_NODES), "pool 'gen' of 4 GPUs",
+  refusal(lambda: export.to_nemo_rl(with_roles(plan, backend="bucketed"), job, TWO_NODES),
+          "pool 'gen' of 4 GPUs",
           "whole nodes")
 
 
@@ -575,15 +621,17 @@ def test_openrlhf_refusals():
 
 def test_nemo_rl_ppo_reward_model_and_reference():
   ppo = ppo_job(ppo_epochs=2)
-  plan = cm.Plan.colocated(ppo, ONE_NODE, engine=cm.Engine(tp=2))
+  plan = cm.Plan.colocated(ppo, ONE_NODE, engine=cm.Engine(tp=2, sync_backend="ipc"))
+  plan = plan.replace(roles=tuple(dataclasses.replace(r, train=r.train.replace(swap=1.0))
+                                  if r.role == "actor" else r for r in plan.roles))
   d = export.to_nemo_rl(plan, ppo, ONE_NODE)
   assert d["defaults"] == "ppo_math_1B.yaml"
   assert d["ppo"]["ppo_epochs"] == 2 and d["ppo"]["num_generations_per_prompt"] == 1
   assert d["value"]["train_global_batch_size"] == 64  # 256 x 1 / 4
   # DAPO drops the reference: no KL penalty, so NeMo-RL neither loads nor runs one.
   dapo = cm.RLJob("dapo", QWEN7B, prompts_per_step=64, samples_per_prompt=8, oversample=1.5)
-  d = export.to_nemo_rl(cm.Plan.colocated(dapo, ONE_NODE, engine=cm.Engine(tp=2)), dapo,
-                        ONE_NODE)
+  d = export.to_nemo_rl(with_roles(cm.Plan.colocated(dapo, ONE_NODE, engine=cm.Engine(tp=2)),
+                                   swap=True, backend="ipc"), dapo, ONE_NODE)
   assert d["loss_fn"] == {"reference_policy_kl_penalty": 0}
   assert d["grpo"]["use_dynamic_sampling"] is True and d["grpo"]["batch_multiplier"] == 1.5
   # A reward model on its own 2 GPUs of the node: grpo_rm_1B.yaml and its resources.
@@ -592,7 +640,8 @@ def test_nemo_rl_ppo_reward_model_and_reference():
   roles = (cm.RolePlan("actor", "train", train=p), cm.RolePlan("reference", "train", infer=p),
            cm.RolePlan("reward", "rm", infer=cm.Parallel(micro_batch=8)))
   pools = (cm.Pool("gen", 2.0), cm.Pool("train", 4.0), cm.Pool("rm", 2.0))
-  plan = cm.Plan(pools=pools, roles=roles, engine=cm.Engine(tp=2), rollout_pool="gen")
+  plan = cm.Plan(pools=pools, roles=roles, engine=cm.Engine(tp=2, sync_backend="bucketed"),
+                 rollout_pool="gen")
   d = export.to_nemo_rl(plan, job, ONE_NODE)
   assert d["defaults"] == "grpo_rm_1B.yaml"
   assert d["cluster"] == {"num_nodes": 1, "gpus_per_node": 8}
@@ -609,12 +658,13 @@ def test_nemo_rl_refusals():
   plan = cm.Plan.colocated(remax, ONE_NODE, engine=cm.Engine(tp=2))
   refusal(lambda: export.to_nemo_rl(plan, remax, ONE_NODE), "algorithm='remax'")
   job = grpo_job()
-  plan = cm.Plan.colocated(job, ONE_NODE, train=cm.Parallel(pp=2), engine=cm.Engine(tp=2))
+  plan = with_roles(cm.Plan.colocated(job, ONE_NODE, train=cm.Parallel(pp=2),
+                                      engine=cm.Engine(tp=2)), swap=True, backend="ipc")
   refusal(lambda: export.to_nemo_rl(plan, job, ONE_NODE, backend="dtensor"),
           "actor.train.pp=2", "megatron")
   refusal(lambda: export.to_nemo_rl(plan, job, ONE_NODE), "zero_stage=3", "use_custom_fsdp")
-  plan = cm.Plan.colocated(job, ONE_NODE, train=cm.Parallel(pp=2, zero_stage=1),
-                           engine=cm.Engine(tp=2))
+  plan = with_roles(cm.Plan.colocated(job, ONE_NODE, train=cm.Parallel(pp=2, zero_stage=1),
+                                      engine=cm.Engine(tp=2)), swap=True, backend="ipc")
   assert export.to_nemo_rl(plan, job, ONE_NODE)["policy"]["megatron_cfg"]["enabled"] is True
   no_ref = ppo_job(use_reference=False)
   plan = cm.Plan.colocated(no_ref, ONE_NODE, engine=cm.Engine(tp=2))
@@ -638,11 +688,15 @@ def test_batches_that_do_not_split_refused():
   job = grpo_job()
   plan = cm.Plan.colocated(job, ONE_NODE, train=cm.Parallel(micro_batch=3),
                            engine=cm.Engine(tp=2))
-  refusal(lambda: export.to_verl(plan, job, ONE_NODE), "ppo_micro_batch_size_per_gpu=3")
-  refusal(lambda: to_openrlhf(plan, job, ONE_NODE), "train.micro_batch_size=3")
+  # The rule table's framework batch rules (costmodel/_src/specs/rule_table.py) refuse it.
+  refusal(lambda: export.to_verl(plan, job, ONE_NODE), "veRL: ", "micro_batch=3",
+          "ppo_mini_batch_size over dp ranks")
+  refusal(lambda: to_openrlhf(plan, job, ONE_NODE), "OpenRLHF: ", "micro_batch=3",
+          "train_batch_size")
   odd = grpo_job(mini_batches=3)
   plan = cm.Plan.colocated(odd, ONE_NODE, engine=cm.Engine(tp=2))
-  refusal(lambda: export.to_verl(plan, odd, ONE_NODE), "ppo_mini_batch_size", "128 / 3")
+  refusal(lambda: export.to_verl(plan, odd, ONE_NODE), "samples_per_step/mini_batches=341.333",
+          "ppo_mini_batch_size over dp ranks")
 
 
 # ----- integral degrees --------------------------------------------------------------
@@ -681,14 +735,14 @@ def test_relaxed_plans_refused_naming_the_field():
 
 def test_commands_quote_nothing_surprising():
   plan, job, cluster = colocated_grpo()
-  o = export.to_verl(plan, job, cluster)
+  o = export.to_verl(with_roles(plan, HOST_REF), job, cluster)
   cmd = export.verl_command(o)
   assert "'" not in cmd and '"' not in cmd
   assert shlex.split(cmd) == ["python3", "-m", "verl.trainer.main_ppo"] + [
       f"{k}={v}" for k, v in o.items()]
   assert "actor_rollout_ref.rollout.gpu_memory_utilization=0.6" in cmd
   assert "actor_rollout_ref.actor.use_kl_loss=True" in cmd
-  argv = to_openrlhf(plan, job, cluster)
+  argv = to_openrlhf(with_roles(plan, backend="ipc"), job, cluster)
   cmd = export.openrlhf_command(argv)
   assert "'" not in cmd and '"' not in cmd
   assert shlex.split(cmd) == ["python3", "-m", "openrlhf.cli.train_ppo_ray", *argv]
@@ -696,3 +750,73 @@ def test_commands_quote_nothing_surprising():
   odd = {"trainer.experiment_name": "run 1; rm -rf x", "data.train_batch_size": 8}
   assert shlex.split(export.verl_command(odd))[3:] == [
       "trainer.experiment_name=run 1; rm -rf x", "data.train_batch_size=8"]
+
+
+# ----- offload and swap; the plan as a framework runs it ---------------------------------
+
+
+def test_verl_offload_is_the_cpu_optimizer_and_swap_the_offload_keys():
+  job = grpo_job()
+  train = cm.Parallel(micro_batch=2, zero_stage=3, recompute="full")
+  base = with_roles(cm.Plan.colocated(job, ONE_NODE, train=train, engine=cm.Engine(tp=2)),
+                    HOST_REF)
+  a = "actor_rollout_ref.actor.fsdp_config"
+  swapped = export.to_verl(with_roles(base, swap=True), job, ONE_NODE)
+  assert (swapped[f"{a}.param_offload"], swapped[f"{a}.optimizer_offload"]) == (True, True)
+  assert f"{a}.offload_policy" not in swapped
+  cpu_adam = with_roles(base, {}, False).replace(roles=tuple(
+      dataclasses.replace(r, train=r.train.replace(offload=1.0), infer=r.infer_layout.replace(
+          offload=1.0)) if r.role == "actor" else r for r in base.roles))
+  refusal(lambda: export.to_verl(cpu_adam, job, ONE_NODE), "actor.train.offload=1",
+          "strategy='fsdp2'")
+  o = export.to_verl(cpu_adam, job, ONE_NODE, strategy="fsdp2")
+  assert o[f"{a}.offload_policy"] is True and o[f"{a}.param_offload"] is False
+  kw = dict(model=job.actor, response_mean=2000.0)
+  for plan, out in ((with_roles(base, swap=True), swapped), (cpu_adam, o)):
+    back = export.read_config("verl", out, **kw).plan
+    assert export.plan_settings(back) == export.plan_settings(plan)
+  # Megatron: the CPU optimizer is an added optimizer override (with the distributed optimizer).
+  mega = cm.Parallel(tp=2, micro_batch=1, zero_stage=1, offload=1)
+  plan = cm.Plan.colocated(job, ONE_NODE, train=mega, engine=cm.Engine(tp=2))
+  plan = with_roles(plan, {"offload": 0.0})
+  o = export.to_verl(plan, job, ONE_NODE, strategy="megatron")
+  assert o["+actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload"]
+  assert o["actor_rollout_ref.actor.megatron.param_offload"] is False
+  assert "+actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload=True" in (
+      export.verl_command(o))
+  back = export.read_config("verl", o, **kw).plan
+  assert export.plan_settings(back) == export.plan_settings(plan)
+
+
+def test_adapt_gives_each_framework_the_settings_it_fixes():
+  """A plan searched without sync backend or swap exports once adapted, and the adapted plan
+  is what the export runs: importing it back gives it again."""
+  job = grpo_job()
+  train = cm.Parallel(tp=2, micro_batch=1, zero_stage=1, recompute="full")
+  searched = {"colocated": cm.Plan.colocated(job, TWO_NODES, train=train,
+                                             engine=cm.Engine(tp=2)),
+              "split": cm.Plan.split(job, TWO_NODES, gen_gpus=8, train=train,
+                                     engine=cm.Engine(tp=2), mode=cm.Mode(staleness=1,
+                                                                          partial_rollout=True))}
+  expect = {"verl": ("per_tensor", "bucketed"), "openrlhf": ("ipc", "per_tensor"),
+            "nemo_rl": ("ipc", "bucketed"), "slime": ("ipc", "bucketed"),
+            "areal": ("bucketed", "bucketed")}
+  opts = {"verl": {"strategy": "megatron"}, "openrlhf": {"vllm_default_max_seqs": True},
+          "nemo_rl": {"backend": "megatron"}}
+  for name in export.FRAMEWORKS:
+    e = export.get(name)
+    for i, (family, plan) in enumerate(searched.items()):
+      o = opts.get(name, {})
+      adapted = e.adapt(plan, **o)
+      assert adapted.engine.sync_backend == expect[name][i], (name, family)
+      assert export.plan_settings(e.adapt(adapted, **o)) == export.plan_settings(adapted)
+      if name == "areal" and family == "colocated":
+        continue  # AReaL colocates one-GPU engines only
+      settings = e.to_config(adapted, job, TWO_NODES, **o)
+      swap = float(adapted.role("actor").train.swap)
+      assert swap == (1.0 if name in ("nemo_rl", "areal") and family == "colocated" else 0.0)
+      if name in export.IMPORT_FRAMEWORKS:
+        back = export.read_config(name, settings, model=job.actor, response_mean=2000.0,
+                                  engine_max_seqs=1024)
+        u = export.unexpressed(name)
+        assert export.plan_settings(back.plan, u) == export.plan_settings(adapted, u), name

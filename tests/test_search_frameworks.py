@@ -87,7 +87,8 @@ def test_searched_best_plan_exports(name, search_job, cluster_2x8, compact_space
   for plan, _ in res.top:
     opts = fw_lib.export_options(name, plan, search_job, cluster_2x8)
     assert opts is not None
-    text = export.get(name).export(plan, search_job, cluster_2x8, **opts)
+    e = export.get(name)
+    text = e.export(e.adapt(plan, **opts), search_job, cluster_2x8, **opts)  # as it runs
     assert text.startswith("#")
 
 

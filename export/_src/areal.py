@@ -15,11 +15,16 @@ import costmodel as cm
 from export._src.base import Exporter
 from export._src.base import to_yaml
 from export._src.common import Layout
-from export._src.common import check_batch
+from export._src.common import check_sync
 from export._src.common import concrete
-from export._src.common import node_layouts
+from export._src.common import kv_cache_dtype
 from export._src.common import refuse_degrees
+from export._src.common import refuse_remax
+from export._src.common import refuse_reward_model_and_epochs
 from export._src.common import same_degrees
+from export._src.common import shares_rollout
+from export._src.common import with_layouts
+from export._src.nodes import node_layouts
 
 VERSION = "inclusionAI/AReaL@4aef98d"
 
@@ -57,21 +62,35 @@ def _megatron_keys(lay: Layout) -> dict[str, Any]:
 
 
 def _engine(lay: Layout, gpus: int, role: str, samples: int, n_minibatches: int) -> dict:
-  """One train engine: backend string, micro-batches, recompute, offload."""
+  """One train engine: backend string, micro-batches, recompute, offload and swap.
+
+  ``swap`` is the engine's ``offload`` (torch_memory_saver moves its weights
+  and optimizer state to the host between uses, rl_trainer.py); the CPU
+  optimizer (``offload``) is the fsdp backend's ``fsdp.offload_params``
+  (``CPUOffloadPolicy``); the megatron backend has none.
+  """
   backend, dp = train_backend(lay, gpus, role)
   per_rank = samples // n_minibatches
-  check_batch(_FW, f"{role}.ppo_n_minibatches", per_rank, dp, lay.micro_batch,
-              f"{role}.mb_spec.n_mbs")
   if lay.recompute == 1 and backend.startswith("fsdp"):
     raise ValueError(f"{_FW}: {role}.train.recompute=selective: the fsdp backend has "
                      "gradient_checkpointing on or off; use recompute 'full' or 'none'")
   e: dict[str, Any] = {"backend": backend, "ppo_n_minibatches": n_minibatches,
                        "mb_spec": {"n_mbs": per_rank // dp // lay.micro_batch},
-                       "gradient_checkpointing": lay.recompute > 0, "offload": lay.offload}
+                       "gradient_checkpointing": lay.recompute > 0, "offload": lay.swap}
   if backend.startswith("megatron"):
+    if lay.tp > 1 and not lay.sequence_parallel:
+      raise ValueError(f"{_FW}: {role}.train.sequence_parallel=False with tp={lay.tp}: the "
+                       "megatron backend turns sequence parallelism on with TP "
+                       "(megatron_engine.py use_sequence_parallel)")
+    if lay.offload:
+      raise ValueError(f"{_FW}: {role}.train.offload=1 with the megatron backend: "
+                       "MegatronEngineConfig has no CPU optimizer (fsdp.offload_params is the "
+                       "fsdp backend's); use zero_stage 3 without pp/ep, or offload 0")
     e["megatron"] = _megatron_keys(lay)
   else:
     refuse_degrees(_FW, f"{role}.train", lay, ("vpp",), "the fsdp backend has no pipeline")
+    if lay.offload:
+      e["fsdp"] = {"offload_params": True}
   return e
 
 
@@ -118,21 +137,25 @@ def to_areal(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> dict[str, Any
     ``areal/api/alloc_mode.py``, ``areal/infra/scheduler/local.py``
     (colocation replica count), ``docs/en/algorithms/async.md``.
   """
-  c = concrete(plan, job, cluster, _FW)
-  if c.algorithm == "remax":
-    raise ValueError(f"{_FW}: algorithm='remax': the greedy-rollout baseline has no setting "
-                     "(actor.reward_norm and adv_norm express GRPO, RLOO and REINFORCE++; PPO "
-                     "adds a critic)")
-  if c.has("reward"):
-    raise ValueError(f"{_FW}: role='reward' on pool {c.role_pool['reward']!r}: a reward model "
-                     "on GPUs has no placement; AReaL scores rollouts with reward functions in "
-                     "the workflow")
-  if c.ppo_epochs != 1:
-    raise ValueError(f"{_FW}: ppo_epochs={c.ppo_epochs}: AReaL makes one pass per batch "
-                     "(actor.ppo_n_minibatches updates)")
+  c = concrete(plan, job, cluster, _FW, rule_set="areal",
+               supports=frozenset({"dp_attention", "engine_precision"}))
+  refuse_remax(_FW, c, "actor.reward_norm and adv_norm express GRPO, RLOO and REINFORCE++; "
+               "PPO adds a critic")
+  refuse_reward_model_and_epochs(_FW, c, "reward functions in the workflow",
+                                 "makes one pass per batch (actor.ppo_n_minibatches updates)")
   actor = c.train["actor"]
   same_degrees(_FW, "actor", actor, c.infer["actor"],
-               "AReaL computes log-probs with the actor's train engine")
+               "AReaL computes log-probs with the actor's train engine", state=True)
+  for role in ("actor", "critic"):
+    if c.has(role) and c.infer[role].micro_batch != c.train[role].micro_batch:
+      raise ValueError(f"{_FW}: {role}.infer.micro_batch={c.infer[role].micro_batch} differs "
+                       f"from {role}.train.micro_batch={c.train[role].micro_batch}; the engine "
+                       "has one mb_spec")
+  if c.colocated and not actor.swap:
+    raise ValueError(f"{_FW}: actor.train.swap=0 with the rollout on the actor's GPUs: "
+                     "colocation offloads the actor while SGLang generates (rl_trainer.py "
+                     "_should_offload_actor); use swap 1")
+  check_sync(_FW, c, "bucketed", "NCCL buckets (weight_update_mode xccl)")
   gpus = c.pools[c.actor_pool]
   samples = c.prompts * c.n
   nodes = node_layouts({c.actor_pool: gpus, c.rollout_pool: c.pools[c.rollout_pool]}, cluster,
@@ -164,15 +187,21 @@ def to_areal(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> dict[str, Any
                      "(partial rollouts, docs/en/algorithms/async.md), which has no switch")
   out: dict[str, Any] = {
       "cluster": {"n_nodes": cluster.nodes, "n_gpus_per_node": cluster.gpus_per_node},
-      "train_dataset": {"batch_size": groups},
+      "train_dataset": {"batch_size": groups, "max_length": c.prompt_len},
       "gconfig": {"n_samples": c.n, "max_new_tokens": c.max_response},
       "rollout": rollout,
       "sglang": {"mem_fraction_static": e.memory_fraction, "max_running_requests": e.max_seqs,
-                 "disable_radix_cache": not e.prefix_caching},
+                 "disable_radix_cache": not e.prefix_caching,
+                 "disable_cuda_graph": not e.cuda_graphs},
       "actor": _engine(actor, gpus, "actor", samples, c.mini_batches),
   }
   if e.ep > 1:  # SGLangConfig fields go to the server as they are (cli_args.py build_args)
     out["sglang"]["ep_size"] = e.ep
+  if e.dp_attention:  # SGLangConfig.dp_size: "only used for dp attention"
+    out["sglang"].update(enable_dp_attention=True, dp_size=e.tp)
+  kv = kv_cache_dtype(_FW, plan.engine.precision, "sglang.kv_cache_dtype")
+  if kv:
+    out["sglang"]["kv_cache_dtype"] = kv
   if c.algorithm == "dapo":
     out["dynamic_bs"] = True
   out["actor"].update(_advantage_keys(c.algorithm, c.n))
@@ -189,12 +218,33 @@ def to_areal(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> dict[str, Any
     same_degrees(_FW, role, actor, lay, "a colocated engine reuses the actor's workers",
                  train_role="actor")
     if role == "critic":
+      same_degrees(_FW, role, lay, c.infer[role], "the critic's engine computes its values",
+                   state=True)
       section = {**_engine(lay, gpus, "critic", samples, c.mini_batches), "is_critic": True}
     else:
-      section = {"backend": train_backend(lay, gpus, role)[0], "offload": lay.offload}
+      if lay.offload:
+        raise ValueError(f"{_FW}: reference.infer.offload=1: the ref engine moves its weights "
+                         "to the host between uses (ref.offload: swap=1) and has no parameters "
+                         "streamed from the host")
+      section = {"backend": train_backend(lay, gpus, role)[0], "offload": lay.swap}
     out[key] = {**section, "scheduling_strategy": colocate}
+  if any(out.get(k, {}).get("offload") for k in ("actor", "ref", "critic")):
+    out["enable_offload"] = True  # rl_trainer.py _validate_cfg requires it for any offload
   return out
 
 
+def as_run(plan: cm.Plan, **_) -> cm.Plan:
+  """The plan as AReaL runs it: xccl buckets, the actor offloaded around colocated
+  generation, the reference's weights moved to the host rather than streamed."""
+  r = plan.role("reference")
+  ref = {}
+  if r is not None:  # weights off the GPU either way: moved between uses
+    lay = r.infer_layout
+    ref["reference"] = {"offload": 0.0, "swap": max(float(lay.offload), float(lay.swap))}
+  if shares_rollout(plan):
+    ref["actor"] = {"swap": 1.0}
+  return with_layouts(plan, ref, "bucketed")
+
+
 EXPORTER = Exporter(name="areal", framework="AReaL", version=VERSION, to_config=to_areal,
-                    render_settings=to_yaml, kind="yaml")
+                    render_settings=to_yaml, kind="yaml", adapt=as_run)

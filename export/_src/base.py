@@ -42,6 +42,10 @@ class Exporter:
       ValueError naming the setting the framework cannot express.
     render_settings: ``settings -> text`` (command line or YAML).
     kind: ``"command"`` or ``"yaml"``: what :meth:`render` writes.
+    adapt: ``(plan, **options) -> plan``: the plan with the settings the
+      framework fixes for its placement and has no key for (its weight sync,
+      where it keeps a role's state between stages), so that a plan searched
+      without them exports; the estimate of the adapted plan is the run's.
   """
 
   name: str
@@ -50,6 +54,7 @@ class Exporter:
   to_config: Callable[..., Any]
   render_settings: Callable[[Any], str]
   kind: str
+  adapt: Callable[..., cm.Plan] = lambda plan, **options: plan
 
   def header(self) -> str:
     """The comment line that states the framework version an export targets."""

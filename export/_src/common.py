@@ -1,8 +1,8 @@
 """What every export shares: a plan read as integers, pools as nodes, checks.
 
 :func:`concrete` checks that a plan is concrete and valid and reads it as
-plain Python numbers (:class:`Concrete`); :func:`node_layouts` writes pools
-as ``nnodes x n_gpus_per_node``; the ``check_*``, :func:`refuse_degrees` and
+plain Python numbers (:class:`Concrete`), refusing the settings an exporter
+has no key for (:func:`check_supported`); the ``check_*``, :func:`refuse_degrees` and
 :func:`same_degrees` functions hold the refusals that more than one framework
 makes.
 """
@@ -10,14 +10,14 @@ makes.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import itertools
 import math
 from typing import Any
 
 import numpy as np
 
 import costmodel as cm
+
+_BF16 = cm.Precision()
 
 Scalar = str | int | float | bool
 
@@ -79,7 +79,10 @@ class Layout:
   zero_stage: int
   recompute: int
   offload: bool
+  swap: bool
+  etp: int
   sequence_parallel: bool
+  precision: cm.Precision = _BF16
 
   @property
   def model_parallel(self) -> int:
@@ -97,9 +100,9 @@ class Layout:
 def _layout(p: cm.Parallel, where: str) -> Layout:
   f = {name: require_int(getattr(p, name), f"{where}.{name}")
        for name in ("tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "recompute",
-                    "offload")}
-  f["offload"] = bool(f["offload"])
-  return Layout(sequence_parallel=bool(p.sequence_parallel), **f)
+                    "offload", "swap", "etp")}
+  f["offload"], f["swap"] = bool(f["offload"]), bool(f["swap"])
+  return Layout(sequence_parallel=bool(p.sequence_parallel), precision=p.precision, **f)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +113,9 @@ class _Engine:
   memory_fraction: float
   max_seqs: int
   prefix_caching: bool
+  cuda_graphs: bool
+  sync_backend: str
+  dp_attention: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +141,7 @@ class Concrete:
   partial_rollout: bool
   moe: bool
   critic_moe: bool
+  mode: cm.Mode
 
   @property
   def actor_pool(self) -> str:
@@ -157,8 +164,95 @@ class Concrete:
     return self.prompts // self.mini_batches
 
 
-def concrete(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster, framework: str) -> Concrete:
-  """Checks that ``plan`` is concrete and valid, and reads it as integers."""
+# Settings a framework may lack a key for; an exporter names the ones it writes in
+# ``concrete(..., supports=...)`` and every other one refuses when not at its default.
+FEATURES = ("etp", "train_precision", "engine_precision", "dp_attention", "staleness_threshold",
+            "require_batches", "rollout_log_probs")
+
+
+def _refuse(framework: str, where: str, value: Any, why: str = "") -> None:
+  raise ValueError(f"{framework}: {where}={value!r} has no setting in its configuration"
+                   + (f"; {why}" if why else "; export the plan without it"))
+
+
+def check_supported(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster, framework: str,
+                    supports: frozenset[str] = frozenset()) -> None:
+  """Refuses every setting of the plan that is not at its default and not in ``supports``.
+
+  Settings no framework here has (flash attention off, a hidden share of the
+  expert all-to-all, stage fusion, SPMD roles, pools on another accelerator,
+  LoRA, multi-turn episodes) always refuse; the :data:`FEATURES` refuse
+  unless the exporter writes them.
+
+  Raises:
+    ValueError: ``"{framework}: {setting}={value} has no setting in its configuration; ..."``.
+  """
+  for name in supports:
+    if name not in FEATURES:
+      raise ValueError(f"check_supported: supports={name!r} is not one of {FEATURES}")
+  for r in plan.roles:
+    for phase, lay in (("train", r.train), ("infer", r.infer)):
+      if lay is None:
+        continue
+      where = f"{r.role}.{phase}"
+      if not lay.flash_attention:
+        _refuse(framework, f"{where}.flash_attention", False, "every backend here runs "
+                "FlashAttention-style kernels")
+      if _scalar(lay.ep_overlap, f"{where}.ep_overlap") != 0.0:
+        _refuse(framework, f"{where}.ep_overlap", float(lay.ep_overlap),
+                "the share of the expert all-to-all hidden behind compute is an estimate of an "
+                "overlapping schedule, not a setting; export with ep_overlap=0")
+      etp = require_int(lay.etp, f"{where}.etp")
+      if etp != 1 and "etp" not in supports:
+        _refuse(framework, f"{where}.etp", etp, "its backends keep each expert whole (expert "
+                "tensor parallelism 1)")
+      if lay.precision != _BF16 and "train_precision" not in supports:
+        _refuse(framework, f"{where}.precision", lay.precision)
+  e = plan.engine
+  if e.precision != _BF16 and "engine_precision" not in supports:
+    _refuse(framework, "engine.precision", e.precision)
+  if e.dp_attention and "dp_attention" not in supports:
+    _refuse(framework, "engine.dp_attention", True)
+  mode = plan.mode
+  for name in ("fuse_inference", "fuse_training"):
+    if getattr(mode, name):
+      _refuse(framework, f"mode.{name}", True, "RLHFuse-style stage fusion; export the plan "
+              "without fusion")
+  if not mode.single_controller:
+    _refuse(framework, "mode.single_controller", False, f"{framework} moves batches between "
+            "its roles through one Ray controller")
+  if mode.staleness_threshold is not None and "staleness_threshold" not in supports:
+    _refuse(framework, "mode.staleness_threshold", mode.staleness_threshold,
+            "its asynchronous bound counts whole steps (mode.staleness)")
+  if mode.require_batches is not None and "require_batches" not in supports:
+    _refuse(framework, "mode.require_batches", mode.require_batches,
+            "its trainer takes the step's whole batch after generation")
+  if mode.rollout_log_probs and "rollout_log_probs" not in supports:
+    _refuse(framework, "mode.rollout_log_probs", True, "its trainer recomputes the old "
+            "log-probs")
+  for p in plan.pools:
+    if p.accelerator is not None and p.accelerator != cluster.accelerator:
+      _refuse(framework, f"pool {p.name!r} accelerator", p.accelerator.name,
+              "its pools are GPUs of one cluster, chosen by Ray, not by accelerator")
+  if job.lora is not None:
+    _refuse(framework, "job.lora", job.lora, "the export writes full fine-tuning")
+  if job.multi_turn is not None:
+    _refuse(framework, "job.multi_turn", job.multi_turn, "the export writes single-turn "
+            "rollouts; multi-turn episodes need the framework's agent loop and tools")
+
+
+def concrete(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster, framework: str,
+             rule_set: str | None = None, supports: frozenset[str] = frozenset()) -> Concrete:
+  """Checks that ``plan`` is concrete and valid, and reads it as integers.
+
+  Args:
+    plan, job, cluster: What is exported.
+    framework: The framework's name, first word of every refusal.
+    rule_set: The framework's batch rules in the rule table
+      (``costmodel._src.specs.rule_table``: ``verl``, ``openrlhf``, ...),
+      checked after the core rules.
+    supports: The :data:`FEATURES` the exporter writes (see :func:`check_supported`).
+  """
   pools = {p.name: require_int(p.gpus, f"pool {p.name!r} gpus") for p in plan.pools}
   train, infer = {}, {}
   for r in plan.roles:
@@ -171,13 +265,17 @@ def concrete(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster, framework: str) 
       tp=require_int(e.tp, "engine.tp"), pp=require_int(e.pp, "engine.pp"),
       ep=require_int(e.ep, "engine.ep"),
       memory_fraction=round(_scalar(e.memory_fraction, "engine.memory_fraction"), 6),
-      max_seqs=require_int(e.max_seqs, "engine.max_seqs"), prefix_caching=bool(e.prefix_caching))
+      max_seqs=require_int(e.max_seqs, "engine.max_seqs"), prefix_caching=bool(e.prefix_caching),
+      cuda_graphs=bool(e.cuda_graphs), sync_backend=e.sync_backend,
+      dp_attention=bool(e.dp_attention))
   cm.validate_plan(plan, job, cluster)
+  check_supported(plan, job, cluster, framework, supports)
+  if rule_set is not None:
+    try:
+      cm.validate_plan(plan, job, cluster, frameworks=(rule_set,))
+    except ValueError as err:
+      raise ValueError(f"{framework}: {err}") from None
   mode = plan.mode
-  for name in ("fuse_inference", "fuse_training"):
-    if getattr(mode, name):
-      raise ValueError(f"{framework}: mode.{name}=True (RLHFuse-style stage fusion) has no "
-                       "setting in its configuration; export the plan without fusion")
   prompts = require_int(job.prompts_per_step, "job.prompts_per_step")
   n = require_int(job.samples_per_prompt, "job.samples_per_prompt")
   prompt_len = math.ceil(_scalar(job.prompt_len, "job.prompt_len") - 1e-6)
@@ -189,17 +287,97 @@ def concrete(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster, framework: str) 
       pools=pools, role_pool={r.role: r.pool for r in plan.roles}, train=train, infer=infer,
       engine=engine, rollout_pool=plan.rollout_pool, staleness=mode.staleness,
       partial_rollout=mode.partial_rollout, moe=job.actor.n_experts > 0,
-      critic_moe=job.critic is not None and job.critic.n_experts > 0)
+      critic_moe=job.critic is not None and job.critic.n_experts > 0, mode=mode)
+
+
+def kv_cache_dtype(framework: str, precision: cm.Precision, key: str) -> str | None:
+  """SGLang's ``kv_cache_dtype`` for an engine's precision: ``fp8_e4m3`` for an FP8 KV
+  cache, None for the job's; refuses weight or GEMM formats (no key here)."""
+  if precision.weights is not None or precision.compute != "bf16":
+    _refuse(framework, "engine.precision", precision, f"only the KV-cache format has a key "
+            f"({key})")
+  if precision.kv not in (None, "fp8"):
+    _refuse(framework, "engine.precision.kv", precision.kv, f"{key} takes fp8_e4m3 or the "
+            "model's dtype")
+  return "fp8_e4m3" if precision.kv == "fp8" else None
+
+
+def with_layouts(plan: cm.Plan, changes: dict[str, dict[str, Any]],
+                 sync_backend: str | None = None) -> cm.Plan:
+  """``plan`` with ``{role: {field: value}}`` applied to each role's layouts (both phases) and
+  the engine's weight sync set; roles the plan lacks are skipped."""
+  roles = []
+  for r in plan.roles:
+    ch = changes.get(r.role)
+    if ch:
+      r = dataclasses.replace(r, train=r.train and r.train.replace(**ch),
+                              infer=r.infer_layout.replace(**ch))
+    roles.append(r)
+  plan = plan.replace(roles=tuple(roles))
+  if sync_backend is not None:
+    plan = plan.replace(engine=plan.engine.replace(sync_backend=sync_backend))
+  return plan
+
+
+def shares_rollout(plan: cm.Plan) -> bool:
+  """Whether the actor trains on the rollout pool."""
+  return plan.shares_pool("actor")
+
+
+FP8_TRAINING = cm.Precision(compute="fp8")
+
+
+def training_fp8(framework: str, c: Concrete, key: str,
+                 roles: tuple[str, ...] = ("actor", "reference", "critic")) -> bool:
+  """Whether the plan trains with FP8 GEMMs (Transformer-Engine style, BF16 weights), which
+  the framework's Megatron setting ``key`` gives every phase of ``roles``; refuses any other
+  format, a mix, or FP8 on another role."""
+  formats = {lay.precision for d in (c.train, c.infer) for r, lay in d.items() if r in roles}
+  others = {lay.precision for d in (c.train, c.infer) for r, lay in d.items()
+            if r not in roles} - {_BF16}
+  if others or len(formats) > 1 or not formats <= {_BF16, FP8_TRAINING}:
+    bad = next(f for f in sorted(formats | others, key=repr) if f != _BF16)
+    _refuse(framework, "layout precision", bad, f"{key} gives every model FP8 GEMMs with BF16 "
+            "weights (Precision(compute='fp8')) or none")
+  return formats == {FP8_TRAINING}
+
+
+def check_sync(framework: str, c: Concrete, backend: str, how: str) -> None:
+  """Refuses an engine whose ``sync_backend`` is not the one the framework's placement uses."""
+  if c.engine.sync_backend != backend:
+    where = "colocated" if c.colocated else "on its own pool"
+    raise ValueError(f"{framework}: engine.sync_backend={c.engine.sync_backend!r}: with the "
+                     f"rollout {where} {framework} syncs weights by {how} ({backend!r})")
 
 
 def same_degrees(framework: str, role: str, train: Layout, infer: Layout, why: str,
-                 train_role: str | None = None) -> None:
-  """Refuses an inference layout whose degrees differ from the training one."""
-  names = ("tp", "pp", "cp", "ep", "vpp")
-  for name, a, b in zip(names, train.degrees(), infer.degrees(), strict=True):
+                 train_role: str | None = None, state: bool = False) -> None:
+  """Refuses an inference layout whose degrees (and with ``state`` its offload and swap)
+  differ from the training one."""
+  names = ("tp", "pp", "cp", "ep", "vpp", "etp") + (("offload", "swap") if state else ())
+  for name in names:
+    a, b = getattr(train, name), getattr(infer, name)
     if a != b:
-      raise ValueError(f"{framework}: {role}.infer.{name}={b} differs from "
-                       f"{train_role or role}.train.{name}={a}; {why}")
+      raise ValueError(f"{framework}: {role}.infer.{name}={int(b)} differs from "
+                       f"{train_role or role}.train.{name}={int(a)}; {why}")
+
+
+def refuse_remax(framework: str, c: Concrete, why: str) -> None:
+  """Refuses ReMax (its greedy-rollout baseline), saying what the framework has instead."""
+  if c.algorithm == "remax":
+    raise ValueError(f"{framework}: algorithm='remax': the greedy-rollout baseline has no "
+                     f"setting ({why})")
+
+
+def refuse_reward_model_and_epochs(framework: str, c: Concrete, scores: str,
+                                   passes: str) -> None:
+  """Refuses a reward model on GPUs (the framework scores rollouts with ``scores``) and more
+  than one epoch (its trainer ``passes``)."""
+  if c.has("reward"):
+    raise ValueError(f"{framework}: role='reward' on pool {c.role_pool['reward']!r}: a reward "
+                     f"model on GPUs has no placement; {framework} scores rollouts with {scores}")
+  if c.ppo_epochs != 1:
+    raise ValueError(f"{framework}: ppo_epochs={c.ppo_epochs}: {framework} {passes}")
 
 
 def check_recompute(framework: str, where: str, lay: Layout, what: str) -> None:
@@ -220,77 +398,6 @@ def refuse_degrees(framework: str, where: str, layout: Any, names: tuple[str, ..
     v = getattr(layout, name)
     if v > 1:
       raise ValueError(f"{framework}: {where}.{name}={v}: {why}")
-
-
-def check_batch(framework: str, key: str, samples: int, dp: int, micro: int,
-                micro_key: str) -> None:
-  """Samples per optimizer step must split evenly over DP ranks and micro-batches."""
-  if samples % dp:
-    raise ValueError(f"{framework}: {key} holds {samples} samples, not divisible by the "
-                     f"{dp} data-parallel ranks")
-  if (samples // dp) % micro:
-    raise ValueError(f"{framework}: {micro_key}={micro} must divide the {samples // dp} samples "
-                     f"per data-parallel rank of one mini-batch ({key})")
-
-
-# ----- pools as nodes --------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=4096)
-def _fits(demands: tuple[tuple[int, int], ...], free: tuple[int, ...]) -> bool:
-  """Whether pools of ``nnodes x per_node`` GPUs fit on nodes with ``free`` GPUs."""
-  if not demands:
-    return True
-  (nnodes, per_node), rest = demands[0], demands[1:]
-  classes = sorted({c for c in free if c >= per_node}, reverse=True)
-  counts = [free.count(c) for c in classes]
-
-  def choose(i: int, left: int, taken: tuple[tuple[int, int], ...]) -> bool:
-    if left == 0:
-      new = list(free)
-      for c, k in taken:
-        for _ in range(k):
-          new.remove(c)
-          new.append(c - per_node)
-      return _fits(rest, tuple(sorted(new, reverse=True)))
-    if i == len(classes):
-      return False
-    for k in range(min(left, counts[i]), -1, -1):
-      if choose(i + 1, left - k, taken + ((classes[i], k),)):
-        return True
-    return False
-
-  return choose(0, nnodes, ())
-
-
-def node_layouts(sizes: dict[str, int], cluster: cm.Cluster,
-                 framework: str) -> dict[str, tuple[int, int]]:
-  """Writes each pool as ``(nnodes, n_gpus_per_node)`` with the pools fitting together.
-
-  A framework places a role group as the same number of GPUs on each of
-  ``nnodes`` nodes. Each pool takes the fewest nodes that allow it (whole
-  nodes, or part of one node, before a split over several nodes), as long as
-  all pools still fit on the cluster.
-  """
-  gpn, nodes = cluster.gpus_per_node, cluster.nodes
-  options = {}
-  for name, g in sizes.items():
-    opts = [(k, g // k) for k in range(1, nodes + 1) if g % k == 0 and g // k <= gpn]
-    if not opts:
-      raise ValueError(
-          f"{framework}: pool {name!r} of {g} GPUs is not nnodes x n_gpus_per_node with the "
-          f"same GPUs on every node (at most {nodes} nodes of {gpn} GPUs); use whole nodes, or "
-          "a size that splits evenly over the nodes")
-    options[name] = opts
-  for combo in itertools.product(*options.values()):
-    demands = tuple(sorted(combo, key=lambda d: (-d[1], -d[0])))
-    if _fits(demands, (gpn,) * nodes):
-      return dict(zip(options, combo, strict=True))
-  raise ValueError(
-      f"{framework}: pools {sizes} cannot be placed together as nnodes x n_gpus_per_node "
-      f"(uniform per node) on {nodes} nodes of {gpn} GPUs")
-
-
 
 
 def fmt(v: Scalar | None) -> str:

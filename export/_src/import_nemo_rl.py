@@ -11,6 +11,12 @@ GPUs (``colocated.enabled``: pool ``all``) or takes its
 ``env.reward_model.resources`` (pool ``rm``), the policy (actor, reference,
 value model) the rest of ``cluster`` (pool ``train``).
 
+The CPU optimizer (``offload``) is ``megatron_cfg.optimizer.optimizer_cpu_offload`` or
+``dtensor_cfg.cpu_offload`` (FSDP2's ``CPUOffloadPolicy``); the policy's ``swap`` follows
+the placement (colocated generation, or PPO, moves its state to the host between steps).
+Weights reach the engines by CUDA IPC when colocated (``ipc``), else by packed NCCL
+broadcasts (``bucketed``) or ``refit_transport: nccl_reshard`` (``reshard``).
+
 What the config cannot state: the mean response length, the architecture (a
 model name naming no preset), the accelerator, and the reference's and the
 reward model's sharding and recompute (taken from the actor's layout).
@@ -18,47 +24,23 @@ reward model's sharding and recompute (taken from the actor's layout).
 
 from __future__ import annotations
 
-import os
 from typing import Any
-
-import yaml
 
 import costmodel as cm
 from export._src import importing
+from export._src.importing import choice
 from export._src.importing import flag
 from export._src.importing import number
 
 FW = "NeMo-RL"
-UNEXPRESSED = {"reference.infer": ("zero_stage", "recompute", "offload"),
+UNEXPRESSED = {"reference.infer": ("zero_stage", "recompute", "offload", "swap"),
                "reward.infer": ("zero_stage", "recompute", "sequence_parallel")}
 _RECOMPUTE = {"selective": 1.0, "full": 2.0}
 
 
-def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-  out = {}
-  for k, v in d.items():
-    if isinstance(v, dict):
-      out.update(_flatten(v, f"{prefix}{k}."))
-    else:
-      out[f"{prefix}{k}"] = v
-  return out
-
-
 def read_source(source: Any) -> dict[str, Any]:
   """Flat ``{dotted key: value}`` of a nested dict or a YAML file."""
-  if isinstance(source, dict):
-    return _flatten(source)
-  path = os.fspath(source)
-  if not os.path.isfile(path):
-    raise ValueError(f"{FW}: source={path!r} is not a file")
-  with open(path, encoding="utf-8") as f:
-    try:
-      d = yaml.safe_load(f)
-    except yaml.YAMLError as e:
-      raise ValueError(f"{FW}: source={path!r} is not YAML: {e}") from None
-  if not isinstance(d, dict):
-    raise ValueError(f"{FW}: source={path!r} is not a YAML mapping")
-  return _flatten(d)
+  return importing.read_yaml(source, FW)
 
 
 def _layout(o: dict, pre: str, micro: float) -> cm.Parallel:
@@ -72,6 +54,7 @@ def _layout(o: dict, pre: str, micro: float) -> cm.Parallel:
     f = dict(tp=tp, pp=number(o, f"{m}.pipeline_model_parallel_size", FW),
              cp=number(o, f"{m}.context_parallel_size", FW),
              ep=number(o, f"{m}.expert_model_parallel_size", FW, 1),
+             etp=number(o, f"{m}.expert_tensor_parallel_size", FW, 1),
              zero_stage=1 if flag(o, f"{m}.optimizer.use_distributed_optimizer", FW, True) else 0,
              offload=1 if flag(o, f"{m}.optimizer.optimizer_cpu_offload", FW) else 0,
              recompute=_RECOMPUTE.get(granularity, 0.0) if flag(
@@ -88,7 +71,14 @@ def _layout(o: dict, pre: str, micro: float) -> cm.Parallel:
   else:
     raise ValueError(f"{FW}: {pre}.dtensor_cfg.enabled and {pre}.megatron_cfg.enabled are both "
                      "False; one backend must be on")
+  fp8 = flag(o, f"{pre}.megatron_cfg.enabled", FW) and flag(
+      o, f"{pre}.megatron_cfg.fp8_cfg.enabled", FW)
+  if fp8 and (o.get(f"{pre}.megatron_cfg.fp8_cfg.fp8_recipe") != "delayed"
+              or flag(o, f"{pre}.megatron_cfg.fp8_cfg.fp8_param", FW)):
+    raise ValueError(f"{FW}: {pre}.megatron_cfg.fp8_cfg: the cost model's FP8 training is "
+                     "fp8_recipe delayed with BF16 parameters (fp8_param false)")
   return cm.Parallel(micro_batch=micro, sequence_parallel=sp,
+                     precision=cm.Precision(compute="fp8") if fp8 else cm.Precision(),
                      **{k: float(v) for k, v in f.items()})
 
 
@@ -143,7 +133,11 @@ def read(source: Any, **missing: Any) -> importing.Imported:
                             number(o, "ppo.ppo_epochs", FW, 1) if section == "ppo" else 1,
                             use_ref, reward)
 
-  train = _layout(o, "policy", float(number(o, "policy.train_micro_batch_size", FW)))
+  colocated = flag(o, "policy.generation.colocated.enabled", FW, True)
+  # The policy's state goes to the host around colocated generation and, in PPO, while the
+  # value model trains (grpo.py refit_policy_generation, ppo.py offload_to_cpu).
+  train = _layout(o, "policy", float(number(o, "policy.train_micro_batch_size", FW))).replace(
+      swap=1.0 if colocated or section == "ppo" else 0.0)
   infer = train.replace(micro_batch=float(number(o, "policy.logprob_batch_size", FW)))
   roles = [cm.RolePlan("actor", "train", train=train, infer=infer)]
   if use_ref:
@@ -154,7 +148,6 @@ def read(source: Any, **missing: Any) -> importing.Imported:
 
   nodes, per_node = number(o, "cluster.num_nodes", FW), number(o, "cluster.gpus_per_node", FW)
   pools = {}
-  colocated = flag(o, "policy.generation.colocated.enabled", FW, True)
   c = "policy.generation.colocated.resources"
   if not colocated:
     pools["gen"] = number(o, f"{c}.num_nodes", FW) * number(o, f"{c}.gpus_per_node", FW)
@@ -165,7 +158,8 @@ def read(source: Any, **missing: Any) -> importing.Imported:
     roles.append(cm.RolePlan("reward", "rm", infer=infer.replace(
         tp=float(number(o, f"{rm}.dtensor_cfg.tensor_parallel_size", FW, 1)),
         cp=float(number(o, f"{rm}.dtensor_cfg.context_parallel_size", FW, 1)), pp=1.0, ep=1.0,
-        vpp=1.0, offload=1.0 if flag(o, f"{rm}.dtensor_cfg.cpu_offload", FW) else 0.0,
+        vpp=1.0, etp=1.0, swap=0.0, precision=cm.Precision(),
+        offload=1.0 if flag(o, f"{rm}.dtensor_cfg.cpu_offload", FW) else 0.0,
         micro_batch=float(number(o, f"{rm}.batch_size", FW)))))
   rest = nodes * per_node - sum(pools.values())
   if rest < 1:
@@ -184,7 +178,11 @@ def read(source: Any, **missing: Any) -> importing.Imported:
       memory_fraction=float(number(o, f"{v}.gpu_memory_utilization", FW, kind=float, minimum=0)),
       max_seqs=float(number(o, "policy.generation.vllm_kwargs.max_num_seqs", FW,
                             g.engine_max_seqs)),
-      prefix_caching=flag(o, f"{v}.enable_prefix_caching", FW, True))
+      prefix_caching=flag(o, f"{v}.enable_prefix_caching", FW, True),
+      cuda_graphs=not flag(o, f"{v}.enforce_eager", FW, False),
+      sync_backend="ipc" if colocated else choice(
+          o, "policy.generation.refit_transport", FW, {None: "bucketed",
+                                                       "nccl_reshard": "reshard"}))
   a = f"{section}.async_{section}"
   mode = cm.Mode()
   if flag(o, f"{a}.enabled", FW):

@@ -10,7 +10,10 @@ otherwise the actor is on ``train``, the engines on ``gen``, the reference on
 critic's pool with ``--train.colocate_critic_reward`` (else ``rm``). A critic
 exists for ``gae`` (PPO), a reward model when ``--reward.model_name_or_path``
 or ``--reward.num_nodes`` is given, a reference when ``--algo.kl.init_coef``
-is not 0.
+is not 0. ``--ds.adam_offload`` is the CPU optimizer (``offload``), ``--ds.enable_sleep``
+the actor's and critic's ``swap``, ``--ref.offload`` / ``--reward.offload`` those models'
+``offload``; weights reach the engines by CUDA IPC in a colocated synchronous run (``ipc``),
+else by per-tensor NCCL broadcasts (``per_tensor``).
 
 What the flags cannot state: the mean response length, the architecture
 (a model path naming no preset), the accelerator, vLLM's ``max_num_seqs``
@@ -21,9 +24,6 @@ inference-only models (one ``--ds.*`` for all: taken from the actor).
 
 from __future__ import annotations
 
-import os
-import re
-import shlex
 from typing import Any
 
 import costmodel as cm
@@ -38,31 +38,12 @@ UNEXPRESSED = {"actor.train": _NO_SP, "actor.infer": _NO_SP, "critic.train": _NO
                "critic.infer": _NO_SP + ("zero_stage", "recompute", "offload"),
                "reference.infer": _NO_SP + ("zero_stage", "recompute"),
                "reward.infer": _NO_SP + ("zero_stage", "recompute"), "engine": ("max_seqs",)}
-_SWITCHES = {"--train.colocate_all", "--train.colocate_actor_ref", "--train.colocate_critic_reward",
-             "--vllm.enable_prefix_caching", "--vllm.enable_sleep", "--ds.enable_sleep",
-             "--ds.packing_samples", "--ds.adam_offload", "--actor.gradient_checkpointing_enable",
-             "--ref.offload", "--reward.offload", "--algo.dynamic_filtering_enable",
-             "--train.async_enable", "--train.partial_rollout_enable"}
-
-
-def parse_argv(words: list[str]) -> dict[str, Any]:
-  """``--name value`` and ``--name=value`` pairs; a switch (store_true) maps to True."""
-  out: dict[str, Any] = {}
-  i = 0
-  while i < len(words):
-    w = words[i]
-    i += 1
-    if not w.startswith("--"):
-      continue
-    if "=" in w:
-      k, v = w.split("=", 1)
-      out[k[2:]] = v
-    elif w in _SWITCHES or i == len(words) or words[i].startswith("--"):
-      out[w[2:]] = True
-    else:
-      out[w[2:]] = words[i]
-      i += 1
-  return out
+_SWITCHES = frozenset({
+    "--train.colocate_all", "--train.colocate_actor_ref", "--train.colocate_critic_reward",
+    "--vllm.enable_prefix_caching", "--vllm.enable_sleep", "--ds.enable_sleep",
+    "--ds.packing_samples", "--ds.adam_offload", "--vllm.enforce_eager",
+    "--actor.gradient_checkpointing_enable", "--ref.offload", "--reward.offload",
+    "--algo.dynamic_filtering_enable", "--train.async_enable", "--train.partial_rollout_enable"})
 
 
 def read_source(source: Any) -> dict[str, Any]:
@@ -71,14 +52,10 @@ def read_source(source: Any) -> dict[str, Any]:
   if isinstance(source, dict):
     return dict(source)
   if isinstance(source, (list, tuple)):
-    return parse_argv(list(source))
-  path = os.fspath(source)
-  if not os.path.isfile(path):
-    raise ValueError(f"{FW}: source={path!r} is not a file")
-  with open(path, encoding="utf-8") as f:
-    text = re.sub(r"\\\n", " ", f.read())
-  lines = [s for s in text.splitlines() if "openrlhf.cli.train_ppo_ray" in s] or [text]
-  return parse_argv(shlex.split(lines[0], comments=True))
+    return importing.parse_argv(list(source), _SWITCHES)
+  _, text = importing.read_text(source, FW)
+  return importing.parse_argv(importing.command_words(text, "openrlhf.cli.train_ppo_ray"),
+                              _SWITCHES)
 
 
 def read(source: Any, **missing: Any) -> importing.Imported:
@@ -121,6 +98,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
       cp=float(number(o, "ds.ring_attn_size", FW, 1)),
       zero_stage=float(number(o, "ds.zero_stage", FW, 2, minimum=0)),
       offload=1.0 if o.get("ds.adam_offload") else 0.0,
+      swap=1.0 if o.get("ds.enable_sleep") else 0.0,
       recompute=2.0 if o.get("actor.gradient_checkpointing_enable") else 0.0,
       micro_batch=float(number(o, "train.micro_batch_size", FW, 1)))
   infer = train.replace(micro_batch=float(number(o, "rollout.micro_batch_size", FW, 1)))
@@ -138,7 +116,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
     pool = "train" if colocate_all or o.get("train.colocate_actor_ref") else "ref"
     groups.setdefault(pool, group("ref"))
     roles.append(cm.RolePlan("reference", pool, infer=infer.replace(
-        offload=1.0 if o.get("ref.offload") else 0.0)))
+        offload=1.0 if o.get("ref.offload") else 0.0, swap=0.0)))
   critic_pool = "train" if colocate_all else "critic"
   if algorithm == "ppo":
     groups.setdefault(critic_pool, group("critic"))
@@ -148,7 +126,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
             critic_pool if o.get("train.colocate_critic_reward") and algorithm == "ppo" else "rm")
     groups.setdefault(pool, group("reward"))
     roles.append(cm.RolePlan("reward", pool, infer=infer.replace(
-        offload=1.0 if o.get("reward.offload") else 0.0)))
+        offload=1.0 if o.get("reward.offload") else 0.0, swap=0.0)))
   tp = number(o, "vllm.tensor_parallel_size", FW, 1)
   engines = number(o, "vllm.num_engines", FW)
   if shared:
@@ -166,7 +144,8 @@ def read(source: Any, **missing: Any) -> importing.Imported:
     gen = engines * tp
   engine = cm.Engine(tp=float(tp), memory_fraction=float(number(
       o, "vllm.gpu_memory_utilization", FW, 0.95, kind=float, minimum=0)),
-      max_seqs=float(g.engine_max_seqs), prefix_caching=bool(o.get("vllm.enable_prefix_caching")))
+      max_seqs=float(g.engine_max_seqs), prefix_caching=bool(o.get("vllm.enable_prefix_caching")),
+      cuda_graphs=not o.get("vllm.enforce_eager"), sync_backend="ipc" if shared else "per_tensor")
   plan = cm.Plan(pools=tuple(pools), roles=tuple(roles), engine=engine, rollout_pool=rollout_pool,
                  mode=mode)
   cluster = importing.build_cluster(g, list(groups.values()), gen)

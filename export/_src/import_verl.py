@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import re
 import shlex
 from typing import Any
@@ -55,16 +54,6 @@ def _value(text: str) -> Any:
     return yaml.safe_load(text) if text != "" else ""
   except yaml.YAMLError:
     return text
-
-
-def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-  out = {}
-  for k, v in d.items():
-    if isinstance(v, dict):
-      out.update(_flatten(v, f"{prefix}{k}."))
-    else:
-      out[f"{prefix}{k}"] = v
-  return out
 
 
 def parse_overrides(words: list[str]) -> dict[str, Any]:
@@ -118,20 +107,12 @@ def parse_script(text: str) -> dict[str, Any]:
 def read_source(source: Any) -> dict[str, Any]:
   """Overrides from a dict, a list of ``key=value`` words, or a file: YAML (``.yaml``), a
   shell script (``.sh``) or a text file of ``key=value`` words (``#`` comments)."""
-  if isinstance(source, dict):
-    return _flatten(source)
   if isinstance(source, (list, tuple)):
     return parse_overrides(list(source))
-  path = os.fspath(source)
-  if not os.path.isfile(path):
-    raise ValueError(f"{FW}: source={path!r} is not a file")
-  with open(path, encoding="utf-8") as f:
-    text = f.read()
-  if path.endswith((".yaml", ".yml")):
-    d = yaml.safe_load(text)
-    if not isinstance(d, dict):
-      raise ValueError(f"{FW}: source={path!r} is not a YAML mapping")
-    return _flatten(d)
+  if isinstance(source, dict) or str(source).endswith((".yaml", ".yml")):
+    # to_verl's overrides name added keys "+a.b"
+    return {k.lstrip("+~"): v for k, v in importing.read_yaml(source, FW).items()}
+  path, text = importing.read_text(source, FW)
   if path.endswith(".sh") or re.search(r"-m\s+verl\.", text):
     return parse_script(text)
   return parse_overrides(shlex.split(text, comments=True))
@@ -140,28 +121,38 @@ def read_source(source: Any) -> dict[str, Any]:
 # ----- layouts --------------------------------------------------------------------------
 
 
-def _megatron(o: dict, pre: str, train: bool, base: cm.Parallel) -> cm.Parallel:
+def _megatron(o: dict, pre: str, train: bool, base: cm.Parallel, moe: bool) -> cm.Parallel:
+  """A Megatron worker's layout: the ``*_offload`` keys are ``swap``, the optimizer's
+  ``optimizer_cpu_offload`` override is ``offload``; expert TP null is TP (Megatron's default)."""
   m = f"{pre}.megatron"
   tp = number(o, f"{m}.tensor_model_parallel_size", FW, 1)
+  etp = o.get(f"{m}.expert_tensor_parallel_size")
+  moved = ("param_offload", "grad_offload", "optimizer_offload") if train else ("param_offload",)
   f = dict(tp=tp, pp=number(o, f"{m}.pipeline_model_parallel_size", FW, 1),
            cp=number(o, f"{m}.context_parallel_size", FW, 1),
            ep=number(o, f"{m}.expert_model_parallel_size", FW, 1),
            vpp=number(o, f"{m}.virtual_pipeline_model_parallel_size", FW, 1),
-           offload=float(flag(o, f"{m}.param_offload", FW)))
+           etp=(tp if moe else 1) if etp is None else number(
+               o, f"{m}.expert_tensor_parallel_size", FW),
+           swap=float(any(flag(o, f"{m}.{k}", FW) for k in moved)), offload=0.0)
   if train:
     t = f"{m}.override_transformer_config.recompute_granularity"
     f.update(zero_stage=1 if flag(o, f"{m}.use_distributed_optimizer", FW, True) else 0,
-             recompute=choice(o, t, FW, _RECOMPUTE))
+             recompute=choice(o, t, FW, _RECOMPUTE),
+             offload=float(flag(o, f"{pre}.optim.override_optimizer_config.optimizer_cpu_offload",
+                                FW)))
     if tp > 1:
       f["sequence_parallel"] = flag(o, f"{m}.sequence_parallel", FW, True)
   return base.replace(**{k: float(v) if not isinstance(v, bool) else v for k, v in f.items()})
 
 
 def _fsdp(o: dict, pre: str, fsdp: str, model: str, train: bool, base: cm.Parallel) -> cm.Parallel:
+  """An FSDP worker's layout: ``param_offload`` / ``optimizer_offload`` are ``swap``, FSDP2's
+  ``offload_policy`` is ``offload``; the reference (forward_only) keeps its parameters on the
+  host, ``offload`` 1."""
   cp = number(o, f"{pre}.ulysses_sequence_parallel_size", FW,
               number(o, f"{fsdp}.ulysses_sequence_parallel_size", FW, 1))
-  f = dict(tp=1.0, pp=1.0, ep=1.0, vpp=1.0, cp=float(cp),
-           offload=float(flag(o, f"{fsdp}.param_offload", FW)))
+  f = dict(tp=1.0, pp=1.0, ep=1.0, vpp=1.0, cp=float(cp), offload=1.0, swap=0.0)
   if train:
     zero = 3.0
     if number(o, f"{fsdp}.fsdp_size", FW, -1, minimum=None) == 1:
@@ -169,7 +160,10 @@ def _fsdp(o: dict, pre: str, fsdp: str, model: str, train: bool, base: cm.Parall
     elif not flag(o, f"{fsdp}.reshard_after_forward", FW, True):
       zero = 2.0
     f.update(zero_stage=zero,
-             recompute=2.0 if flag(o, f"{model}.enable_gradient_checkpointing", FW, True) else 0.0)
+             recompute=2.0 if flag(o, f"{model}.enable_gradient_checkpointing", FW, True) else 0.0,
+             offload=float(flag(o, f"{fsdp}.offload_policy", FW)),
+             swap=float(flag(o, f"{fsdp}.param_offload", FW)
+                        or flag(o, f"{fsdp}.optimizer_offload", FW)))
   return base.replace(**f)
 
 
@@ -227,8 +221,8 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   strategy = choice(o, f"{a}.strategy", FW, {s: s for s in ("fsdp", "fsdp2", "megatron")}, "fsdp")
   megatron = strategy == "megatron"
 
-  def layout(pre, fsdp, model, train, base):
-    return (_megatron(o, pre, train, base) if megatron else
+  def layout(pre, fsdp, model, train, base, moe=actor_model.is_moe):
+    return (_megatron(o, pre, train, base, moe) if megatron else
             _fsdp(o, pre, fsdp, model, train, base))
 
   actor_mb = _micro(o, f"{a}.ppo_micro_batch_size_per_gpu", f"{a}.use_dynamic_bsz",
@@ -258,7 +252,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
                   if "critic.use_dynamic_bsz" in o else dyn, "critic.ppo_max_token_len_per_gpu",
                   seq, 32768, fallback=int(actor_mb))
     critic = layout("critic", "critic.fsdp", "critic.model", True,
-                    cm.Parallel(micro_batch=c_mb))
+                    cm.Parallel(micro_batch=c_mb), job.critic.is_moe)
     c_inf = c_mb if megatron else _micro(
         o, "critic.forward_micro_batch_size_per_gpu", "critic.use_dynamic_bsz", "x", seq,
         fallback=int(c_mb))
@@ -272,13 +266,17 @@ def read(source: Any, **missing: Any) -> importing.Imported:
                      memory_fraction=float(number(e, "gpu_memory_utilization", FW, kind=float,
                                                   minimum=0)),
                      max_seqs=float(number(e, "max_num_seqs", FW)),
-                     prefix_caching=flag(e, "enable_prefix_caching", FW))
+                     prefix_caching=flag(e, "enable_prefix_caching", FW),
+                     cuda_graphs=not flag(o, f"{r}.enforce_eager", FW, False))
   if o.get(f"{r}.name", "vllm") not in ("vllm", "sglang"):
     raise ValueError(f"{FW}: {r}.name={o[f'{r}.name']!r} is not vllm or sglang")
 
   trainer = (number(o, "trainer.nnodes", FW, 1), number(o, "trainer.n_gpus_per_node", FW, 8))
   groups = [trainer]
-  mode, rollout = _mode(o)
+  mode, rollout = _mode(o, job.mini_batches)
+  backend = o.get(f"{r}.checkpoint_engine.backend", "naive" if rollout is None else "nccl")
+  engine = engine.replace(sync_backend=choice(
+      {"b": backend}, "b", FW, {"naive": "per_tensor", "nccl": "bucketed"}))
   if rollout is None:
     pools = [cm.Pool("all", float(trainer[0] * trainer[1]))]
     roles = [dataclasses.replace(x, pool="all") for x in roles]
@@ -293,7 +291,8 @@ def read(source: Any, **missing: Any) -> importing.Imported:
     rm_layout = actor_infer.replace(
         tp=float(number(o, f"{rm}.rollout.tensor_model_parallel_size", FW, 2)),
         pp=float(number(o, f"{rm}.rollout.pipeline_model_parallel_size", FW, 1)),
-        cp=1.0, ep=1.0, vpp=1.0, offload=float(flag(o, f"{rm}.rollout.free_cache_engine", FW)))
+        cp=1.0, ep=1.0, vpp=1.0, etp=1.0, offload=0.0,
+        swap=float(flag(o, f"{rm}.rollout.free_cache_engine", FW)))
     pool = roles[0].pool
     if flag(o, f"{rm}.enable_resource_pool", FW):
       rm_nodes = (number(o, f"{rm}.nnodes", FW, 1), number(o, f"{rm}.n_gpus_per_node", FW, 8))
@@ -308,16 +307,18 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   return importing.Imported(job, plan, cluster)
 
 
-def _mode(o: dict) -> tuple[cm.Mode, tuple[int, int] | None]:
+def _mode(o: dict, mini_batches: int) -> tuple[cm.Mode, tuple[int, int] | None]:
   """The execution mode and the rollout's own ``(nnodes, per_node)`` (None: colocated)."""
   r = "actor_rollout_ref.rollout"
   if "async_training.staleness_threshold" in o:  # fully_async_policy
-    k = number(o, "async_training.staleness_threshold", FW, kind=float, minimum=0)
-    if not float(k).is_integer():
-      raise ValueError(f"{FW}: async_training.staleness_threshold={k!r}: the cost model takes a "
-                       "whole number of steps of staleness")
+    t = float(number(o, "async_training.staleness_threshold", FW, kind=float, minimum=0))
     partial = flag(o, "async_training.partial_rollout", FW, True)
-    return cm.Mode(staleness=int(k), partial_rollout=partial), _nodes(o, "rollout")
+    calls = number(o, "async_training.require_batches", FW, 1)
+    # A fractional threshold bounds the queue below a whole step (Mode.staleness_threshold).
+    mode = cm.Mode(staleness=max(1, math.ceil(t)) if t else 0, partial_rollout=partial,
+                   staleness_threshold=None if t.is_integer() else t,
+                   require_batches=None if calls == mini_batches else calls)
+    return mode, _nodes(o, "rollout")
   if "rollout.nnodes" in o:  # one_step_off_policy
     return cm.Mode(staleness=1), _nodes(o, "rollout")
   use_v1 = flag(o, "trainer.use_v1", FW, True)

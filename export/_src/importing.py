@@ -15,8 +15,11 @@ import dataclasses
 import math
 import os
 import re
+import shlex
 from typing import Any
 from typing import NamedTuple
+
+import yaml
 
 import costmodel as cm
 from export._src import planfile
@@ -44,8 +47,10 @@ class Given:
     gpu: Accelerator preset (default H100).
     gpus_per_node: GPUs per node of the cluster (default: the most GPUs per
       node any group of the config uses).
-    oversample: DAPO's generated / kept samples (no config states the
-      filter's keep rate; default 1).
+    oversample: DAPO's generated / kept samples (default: NeMo-RL's
+      ``grpo.batch_multiplier``, slime's ``--over-sampling-batch-size`` over
+      ``--rollout-batch-size``, else 1; an AReaL DAPO run states none and
+      needs it).
     engine_max_seqs: vLLM's ``max_num_seqs`` where the framework has no key
       for it (default 256).
   """
@@ -69,19 +74,25 @@ def given(framework: str, missing: dict[str, Any]) -> Given:
   return Given(**missing)
 
 
+def _known_model(name: str) -> cm.ModelSpec | None:
+  """The preset called ``name``, the model of a ``config.json`` at path ``name``, or None."""
+  return (cm.models.get(name) if name in cm.models.names() else
+          cm.ModelSpec.from_hf_config(name) if os.path.exists(name) else None)
+
+
 def model_spec(value: Any, field: str, config_path: str | None = None) -> cm.ModelSpec:
   """A preset name, a ``config.json`` path or a ModelSpec; else the config's model path."""
   if isinstance(value, cm.ModelSpec):
     return value
-  if isinstance(value, str) and value:
-    if value in cm.models.names():
-      return cm.models.get(value)
-    if os.path.exists(value):
-      return cm.ModelSpec.from_hf_config(value)
-    raise ValueError(f"{field}={value!r} is neither a preset ({', '.join(cm.models.names())}) "
-                     "nor an existing config.json")
-  if value is not None:
+  presets = ", ".join(cm.models.names())
+  if value is not None and not (isinstance(value, str) and value):
     raise ValueError(f"{field}={value!r} must be a preset name, a config.json path or a ModelSpec")
+  if value is not None:
+    spec = _known_model(value)
+    if spec is None:
+      raise ValueError(f"{field}={value!r} is neither a preset ({presets}) nor an existing "
+                       "config.json")
+    return spec
   if config_path:
     base = re.sub(r"-(instruct|chat|base)$", "", os.path.basename(str(config_path).rstrip("/"))
                   .lower())
@@ -89,8 +100,73 @@ def model_spec(value: Any, field: str, config_path: str | None = None) -> cm.Mod
       return cm.models.get(base)
   where = (f"the config's model path {config_path!r} names no preset" if config_path else
            "the config names no model path")
-  raise ValueError(f"{field}: {where}; give "
-                   f"{field}= a preset ({', '.join(cm.models.names())}) or a config.json")
+  raise ValueError(f"{field}: {where}; give {field}= a preset ({presets}) or a config.json")
+
+
+# ----- reading a source -------------------------------------------------------------------
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+  """Nested dicts as ``{dotted key: value}``."""
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(flatten(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
+def read_text(source: Any, framework: str) -> tuple[str, str]:
+  """``(path, text)`` of the file ``source`` names, or ValueError naming it."""
+  path = os.fspath(source)
+  if not os.path.isfile(path):
+    raise ValueError(f"{framework}: source={path!r} is not a file")
+  with open(path, encoding="utf-8") as f:
+    return path, f.read()
+
+
+def read_yaml(source: Any, framework: str) -> dict[str, Any]:
+  """A nested dict, or a YAML file of one, flattened to dotted keys."""
+  if isinstance(source, dict):
+    return flatten(source)
+  path, text = read_text(source, framework)
+  try:
+    d = yaml.safe_load(text)
+  except yaml.YAMLError as e:
+    raise ValueError(f"{framework}: source={path!r} is not YAML: {e}") from None
+  if not isinstance(d, dict):
+    raise ValueError(f"{framework}: source={path!r} is not a YAML mapping")
+  return flatten(d)
+
+
+def parse_argv(words: list[str], switches: frozenset[str] = frozenset()) -> dict[str, Any]:
+  """``--name value`` and ``--name=value`` pairs as ``{name: value}``; a switch (one of
+  ``switches``, or a flag followed by another flag or nothing) maps to True."""
+  out: dict[str, Any] = {}
+  i = 0
+  while i < len(words):
+    w = words[i]
+    i += 1
+    if not w.startswith("--"):
+      continue
+    if "=" in w:
+      k, v = w.split("=", 1)
+      out[k[2:]] = v
+    elif w in switches or i == len(words) or words[i].startswith("--"):
+      out[w[2:]] = True
+    else:
+      out[w[2:]] = words[i]
+      i += 1
+  return out
+
+
+def command_words(text: str, *markers: str) -> list[str]:
+  """The words of the first command line of ``text`` (a script with ``\\`` continuations)
+  that contains one of ``markers``, else of the whole text."""
+  text = re.sub(r"\\\n", " ", text)
+  lines = [s for s in text.splitlines() if any(m in s for m in markers)] or [text]
+  return shlex.split(lines[0], comments=True)
 
 
 def number(settings: dict, key: str, framework: str, default: Any = None, kind: type = int,
@@ -131,7 +207,7 @@ def choice(settings: dict, key: str, framework: str, table: dict, default: Any =
   """``table[settings[key]]``, or ValueError naming the key, its value and the choices."""
   v = settings.get(key, default)
   if v not in table:
-    raise ValueError(f"{framework}: {key}={v!r} is not one of {sorted(table)}")
+    raise ValueError(f"{framework}: {key}={v!r} is not one of {sorted(table, key=str)}")
   return table[v]
 
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from export._src import import_areal
 from export._src import import_nemo_rl
 from export._src import import_openrlhf
+from export._src import import_slime
 from export._src import import_verl
 from export._src.importing import Imported
 
-_READERS = {"verl": import_verl, "openrlhf": import_openrlhf, "nemo_rl": import_nemo_rl}
+_READERS = {"verl": import_verl, "openrlhf": import_openrlhf, "nemo_rl": import_nemo_rl,
+            "slime": import_slime, "areal": import_areal}
 
 IMPORT_FRAMEWORKS = tuple(_READERS)
 
@@ -28,8 +31,10 @@ def read_config(framework: str, source: Any, **missing: Any) -> Imported:
   Args:
     framework: ``verl`` (Hydra overrides as a list of ``key=value`` words, a
       text file of them, a launch script or a YAML config), ``openrlhf`` (the
-      argv of ``train_ppo_ray``, or a file holding the command) or ``nemo_rl``
-      (a YAML config).
+      argv of ``train_ppo_ray``, or a file holding the command), ``nemo_rl``
+      (a YAML config), ``slime`` (the argv of ``train.py`` / ``train_async.py``,
+      :func:`export.to_slime`'s settings, or a launch script) or ``areal`` (a
+      YAML experiment config).
     source: A path, a list of words, or a dict of settings.
     **missing: The facts a config does not hold (:class:`export.Given`):
       ``response_mean`` (always), ``model`` (when the model path names no

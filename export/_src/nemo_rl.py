@@ -13,12 +13,17 @@ from typing import Any
 import costmodel as cm
 from export._src.base import Exporter
 from export._src.base import to_yaml
+from export._src.common import FP8_TRAINING
 from export._src.common import Concrete
 from export._src.common import Layout
-from export._src.common import check_batch
+from export._src.common import check_sync
 from export._src.common import concrete
 from export._src.common import refuse_degrees
+from export._src.common import refuse_remax
 from export._src.common import same_degrees
+from export._src.common import shares_rollout
+from export._src.common import training_fp8
+from export._src.common import with_layouts
 
 VERSION = "NVIDIA-NeMo/RL@7ea279a"
 
@@ -78,20 +83,23 @@ def _megatron_cfg(lay: Layout, role: str) -> dict:
                        "megatron_cfg.optimizer.optimizer_cpu_offload requires "
                        "use_distributed_optimizer=True (nemo_rl/models/megatron/setup.py)")
     opt.update(optimizer_cpu_offload=True, optimizer_offload_fraction=1.0)
-  cfg = {"enabled": True, "tensor_model_parallel_size": lay.tp,
+  cfg: dict[str, Any] = {"enabled": True, "tensor_model_parallel_size": lay.tp,
          "pipeline_model_parallel_size": lay.pp, "context_parallel_size": lay.cp,
-         "expert_model_parallel_size": lay.ep, "expert_tensor_parallel_size": 1,
+         "expert_model_parallel_size": lay.ep, "expert_tensor_parallel_size": lay.etp,
          "sequence_parallel": lay.sequence_parallel_on,
          "activation_checkpointing": lay.recompute > 0, "optimizer": opt}
   if lay.recompute:
     cfg["recompute_granularity"] = "selective" if lay.recompute == 1 else "full"
+  if lay.precision == FP8_TRAINING:  # delayed per-tensor scaling, BF16 weights (setup.py)
+    cfg["fp8_cfg"] = {"enabled": True, "fp8": "e4m3", "fp8_recipe": "delayed", "fp8_param": False}
   return cfg
 
 
 def _dtensor_cfg(lay: Layout, role: str) -> dict:
   """``dtensor_cfg`` (FSDP2): TP, CP, EP, full sharding, CPU offload, full recompute."""
-  refuse_degrees(_FW, f"{role}.train", lay, ("pp", "vpp"),
-                 "dtensor_cfg has no pipeline parallelism; use backend='megatron'")
+  refuse_degrees(_FW, f"{role}.train", lay, ("pp", "vpp", "etp"),
+                 "dtensor_cfg has no pipeline or expert-tensor parallelism; use "
+                 "backend='megatron'")
   if lay.zero_stage != 3:
     raise ValueError(f"{_FW}: {role}.train.zero_stage={lay.zero_stage}: DTensor (FSDP2) shards "
                      "parameters, gradients and optimizer state; use backend='megatron'")
@@ -115,11 +123,6 @@ def _train_section(lay: Layout, role: str, backend: str) -> dict:
   if lay.cp > 1:  # context parallelism on DTensor does not run with packed sequences
     out["sequence_packing"] = {"enabled": False}
   return out
-
-
-def _dp(c: Concrete, lay: Layout, backend: str) -> int:
-  return c.pools[c.actor_pool] // (lay.model_parallel if backend == "megatron" else
-                                   lay.tp * lay.cp)
 
 
 def to_nemo_rl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
@@ -167,11 +170,10 @@ def to_nemo_rl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
   """
   if backend not in (None, "dtensor", "megatron"):
     raise ValueError(f"to_nemo_rl: backend={backend!r} is not one of (None, 'dtensor', 'megatron')")
-  c = concrete(plan, job, cluster, _FW)
-  if c.algorithm == "remax":
-    raise ValueError(f"{_FW}: algorithm='remax': grpo.adv_estimator has grpo and "
-                     "reinforce_plus_plus, ppo.adv_estimator gae; ReMax's greedy baseline has no "
-                     "setting")
+  c = concrete(plan, job, cluster, _FW, rule_set="nemo_rl",
+               supports=frozenset({"etp", "train_precision"}))
+  refuse_remax(_FW, c, "grpo.adv_estimator has grpo and reinforce_plus_plus, "
+               "ppo.adv_estimator gae")
   ppo = c.algorithm == "ppo"
   if ppo and not c.use_reference:
     raise ValueError(f"{_FW}: job.use_reference=False with algorithm='ppo': NeMo-RL's PPO always "
@@ -190,7 +192,17 @@ def to_nemo_rl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
                      "the reward model GPUs of its own, apart from training and generation")
   actor = c.train["actor"]
   same_degrees(_FW, "actor", actor, c.infer["actor"],
-               "the policy workers compute log-probs with the training layout")
+               "the policy workers compute log-probs with the training layout", state=True)
+  # Colocated, refit_policy_generation moves the policy's weights and optimizer to the host
+  # (offload_before_refit / offload_after_refit, grpo.py); PPO also moves them off the
+  # training GPUs for the value model (ppo.py offload_to_cpu). Otherwise they stay.
+  moved = c.colocated or ppo
+  if actor.swap != moved:
+    why = ("colocated generation" if c.colocated else "PPO's value model" if ppo else
+           "generation on its own GPUs")
+    raise ValueError(f"{_FW}: actor.train.swap={int(actor.swap)}: the policy's state "
+                     f"{'goes to the host' if moved else 'stays on the GPU'} between steps "
+                     f"({why}), which has no setting; use swap={int(moved)}")
   if c.has("reference"):
     same_degrees(_FW, "reference", actor, c.infer["reference"],
                  "the policy workers compute reference log-probs with the training layout",
@@ -201,10 +213,12 @@ def to_nemo_rl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
   if backend is None:
     backend = "dtensor" if actor.zero_stage == 3 and actor.pp == 1 and actor.vpp == 1 else \
         "megatron"
+  fp8 = training_fp8(_FW, c, "megatron_cfg.fp8_cfg")
+  if fp8 and backend != "megatron":
+    raise ValueError(f"{_FW}: layout precision compute='fp8' with backend={backend!r}: "
+                     "FP8 training is megatron_cfg.fp8_cfg; use backend='megatron'")
   cluster_cfg, colocated, rm_resources = _resources(c, cluster, rm_pool)
   gbs = c.mini_batch_prompts("policy.train_global_batch_size", _FW) * c.n
-  check_batch(_FW, "policy.train_global_batch_size", gbs, _dp(c, actor, backend),
-              actor.micro_batch, "policy.train_micro_batch_size")
   # grpo_rm_1B.yaml extends the DTensor grpo_math_1B.yaml; a Megatron policy on it drops the
   # torch optimizer as grpo_math_1B_megatron.yaml does ("remove default FSDP optimizer").
   rm_base = rm_pool is not None and not ppo
@@ -223,7 +237,8 @@ def to_nemo_rl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
   e = c.engine
   vllm_cfg = {"tensor_parallel_size": e.tp, "pipeline_parallel_size": e.pp,
               "expert_parallel_size": e.ep, "gpu_memory_utilization": e.memory_fraction,
-              "async_engine": c.staleness > 0, "enable_prefix_caching": e.prefix_caching}
+              "async_engine": c.staleness > 0, "enable_prefix_caching": e.prefix_caching,
+              "enforce_eager": not e.cuda_graphs}
   policy = {"train_global_batch_size": gbs, "train_micro_batch_size": actor.micro_batch,
             "logprob_batch_size": c.infer["actor"].micro_batch,
             "max_total_sequence_length": c.prompt_len + c.max_response,
@@ -232,7 +247,7 @@ def to_nemo_rl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
     policy["optimizer"] = None
   policy["generation"] = {"backend": "vllm", "max_new_tokens": c.max_response,
                           "vllm_cfg": vllm_cfg, "vllm_kwargs": {"max_num_seqs": e.max_seqs},
-                          "colocated": colocated}
+                          "colocated": colocated, **_refit(c, backend)}
   out["policy"] = policy
   if ppo:
     out["value"] = _value_section(c, gbs, backend)
@@ -241,6 +256,24 @@ def to_nemo_rl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
     if ppo:
       out["data"] = {"default": {"env_name": "reward_model"}}
   return out
+
+
+def _refit(c: Concrete, backend: str) -> dict:
+  """``policy.generation.refit_transport``: colocated refit is CUDA IPC (``ipc``); apart,
+  the default packed NCCL broadcast (``bucketed``) or ``nccl_reshard`` (``reshard``,
+  Megatron only without expert TP: weight_sync/nccl_reshard_utils.py)."""
+  if c.colocated:
+    check_sync(_FW, c, "ipc", "CUDA IPC buckets (colocated refit)")
+    return {}
+  if c.engine.sync_backend != "reshard":
+    check_sync(_FW, c, "bucketed", "packed NCCL broadcasts (refit_transport null; "
+               "nccl_reshard is 'reshard')")
+    return {}
+  if backend != "megatron" or c.train["actor"].etp != 1:
+    raise ValueError(f"{_FW}: engine.sync_backend='reshard': refit_transport nccl_reshard "
+                     "supports the Megatron policy without expert tensor parallelism only "
+                     "(check_nccl_reshard_refit_support); use backend='megatron' and etp 1")
+  return {"refit_transport": "nccl_reshard"}
 
 
 def _algorithm_section(c: Concrete) -> dict:
@@ -268,13 +301,14 @@ def _algorithm_section(c: Concrete) -> dict:
 def _value_section(c: Concrete, gbs: int, backend: str) -> dict:
   critic = c.train["critic"]
   same_degrees(_FW, "critic", critic, c.infer["critic"],
-               "the value workers compute values with the training layout")
+               "the value workers compute values with the training layout", state=True)
+  if critic.swap:
+    raise ValueError(f"{_FW}: critic.train.swap=1: the value model stays on its GPUs between "
+                     "steps (ppo.py moves only the policy to the host); use swap 0")
   if c.infer["critic"].micro_batch != critic.micro_batch:
     raise ValueError(f"{_FW}: critic.infer.micro_batch={c.infer['critic'].micro_batch} differs "
                      f"from critic.train.micro_batch={critic.micro_batch}; the value config has "
                      "one train_micro_batch_size")
-  check_batch(_FW, "value.train_global_batch_size", gbs, _dp(c, critic, backend),
-              critic.micro_batch, "value.train_micro_batch_size")
   return {"train_global_batch_size": gbs, "train_micro_batch_size": critic.micro_batch,
           **_train_section(critic, "critic", backend)}
 
@@ -283,10 +317,24 @@ def _reward_section(c: Concrete, resources: dict) -> dict:
   rm = c.infer["reward"]
   refuse_degrees(_FW, "reward.infer", rm, ("pp", "ep", "vpp"),
                  "env.reward_model.dtensor_cfg has tensor and context parallelism only")
+  if rm.swap:
+    raise ValueError(f"{_FW}: reward.infer.swap=1: env.reward_model.dtensor_cfg.cpu_offload "
+                     "keeps the reward model's parameters on the host (offload=1); use swap 0")
   return {"resources": resources, "batch_size": rm.micro_batch,
           "dtensor_cfg": {"tensor_parallel_size": rm.tp, "context_parallel_size": rm.cp,
                           "cpu_offload": rm.offload}}
 
 
+def as_run(plan: cm.Plan, **_) -> cm.Plan:
+  """The plan as NeMo-RL runs it: CUDA IPC refit colocated, packed NCCL broadcasts apart
+  (a reshard plan keeps its transport), the policy's state swapped to the host around
+  colocated generation or for PPO's value model, the value model resident."""
+  colocated = shares_rollout(plan)
+  moved = colocated or plan.role("critic") is not None  # PPO: the value model trains there
+  sync = "ipc" if colocated else ("reshard" if plan.engine.sync_backend == "reshard" else
+                                  "bucketed")
+  return with_layouts(plan, {"actor": {"swap": float(moved)}, "critic": {"swap": 0.0}}, sync)
+
+
 EXPORTER = Exporter(name="nemo_rl", framework="NeMo-RL", version=VERSION, to_config=to_nemo_rl,
-                    render_settings=to_yaml, kind="yaml")
+                    render_settings=to_yaml, kind="yaml", adapt=as_run)

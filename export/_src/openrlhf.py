@@ -13,13 +13,14 @@ import costmodel as cm
 from export._src.base import Exporter
 from export._src.common import Concrete
 from export._src.common import Scalar
-from export._src.common import check_batch
 from export._src.common import check_recompute
+from export._src.common import check_sync
 from export._src.common import concrete
 from export._src.common import fmt
-from export._src.common import node_layouts
 from export._src.common import refuse_degrees
 from export._src.common import same_degrees
+from export._src.common import with_layouts
+from export._src.nodes import node_layouts
 
 _OPENRLHF_ESTIMATOR = {"ppo": "gae", "grpo": "group_norm", "dapo": "group_norm",
                        "reinforce_pp": "reinforce", "rloo": "rloo"}
@@ -74,8 +75,12 @@ def to_openrlhf(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
   or the critic and reward model share the actor's pool,
   ``--train.colocate_actor_ref``, ``--train.colocate_critic_reward``.
   ``--rollout.batch_size`` counts prompts, ``--train.batch_size`` samples per
-  optimizer step. ``offload`` maps to ``--ds.adam_offload`` (optimizer state
-  in host memory; DeepSpeed keeps the training parameters on the GPU).
+  optimizer step. ``offload`` (the CPU optimizer) maps to ``--ds.adam_offload``
+  (DeepSpeed's ``offload_optimizer``; the training parameters stay on the
+  GPU), ``swap`` of the actor and critic to ``--ds.enable_sleep`` (their
+  DeepSpeed states go to the host while the engines generate, colocated
+  synchronous runs), the reference's and reward model's ``offload`` to
+  ``--ref.offload`` / ``--reward.offload`` (ZeRO ``offload_param``).
   Asynchronous plans use ``--train.async_queue_size = staleness``: the
   generator runs at most that many batches ahead of training. DAPO turns on
   ``--algo.dynamic_filtering_enable`` and oversamples with
@@ -103,7 +108,9 @@ def to_openrlhf(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
       placements its colocation flags cannot express, ReMax, pools that are
       not uniform per node, batches that do not split over the ranks, AutoTP
       (tp > 1) with ZeRO-3, ``engine.max_seqs`` (see above), DAPO
-      oversampling in a synchronous run.
+      oversampling in a synchronous run, swap outside a colocated synchronous
+      run or on the reference or reward model, a weight sync other than its
+      own.
 
   References:
     OpenRLHF v0.11.0 ``openrlhf/cli/train_ppo_ray.py`` (the ``colocate_all``,
@@ -112,7 +119,7 @@ def to_openrlhf(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
     supports ZeRO stages 0-2.
   """
   fw = "OpenRLHF"
-  c = concrete(plan, job, cluster, fw)
+  c = concrete(plan, job, cluster, fw, rule_set="openrlhf")
   if c.algorithm not in _OPENRLHF_ESTIMATOR:
     raise ValueError(f"{fw}: algorithm={c.algorithm!r} has no algo.advantage.estimator (gae, "
                      "reinforce, rloo, reinforce_baseline, group_norm, dr_grpo)")
@@ -125,14 +132,14 @@ def to_openrlhf(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
   refuse_degrees(fw, "engine", e, ("pp", "ep"),
                  "OpenRLHF's vLLM engines take only tensor_parallel_size")
   same_degrees(fw, "actor", actor, c.infer["actor"],
-               "OpenRLHF computes old log-probs with the actor's DeepSpeed layout")
+               "OpenRLHF computes old log-probs with the actor's DeepSpeed layout", state=True)
   # One --ds.* layout for every model, one micro-batch per phase.
   for role, phase in (("critic", "train"), ("critic", "infer"), ("reference", "infer"),
                       ("reward", "infer")):
     if not c.has(role):
       continue
     lay = getattr(c, phase)[role]
-    names = ("tp", "pp", "cp", "ep", "vpp") + (("zero_stage", "offload", "recompute")
+    names = ("tp", "pp", "cp", "ep", "vpp") + (("zero_stage", "offload", "swap", "recompute")
                                                if phase == "train" else ())
     for name in names:
       if getattr(lay, name) != getattr(actor, name):
@@ -156,6 +163,19 @@ def to_openrlhf(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
                      "max_num_seqs to vLLM); pass vllm_default_max_seqs=True to let vLLM choose")
 
   flags, others = _openrlhf_roles(c)
+  shared = flags["colocate_all"] and c.staleness == 0
+  check_sync(fw, c, "ipc" if shared else "per_tensor",
+             "CUDA IPC handles, one per tensor (train.colocate_all)" if shared else
+             "NCCL broadcasts, one per tensor (ppo_actor.py broadcast_to_vllm)")
+  if actor.swap and not shared:
+    raise ValueError(f"{fw}: actor.train.swap=1 with the vLLM engines on their own pool: "
+                     "--ds.enable_sleep moves the DeepSpeed states to the host while the engines "
+                     "share the actor's GPUs (--train.colocate_all, synchronous)")
+  for role in ("reference", "reward"):
+    if c.has(role) and c.infer[role].swap:
+      key = "ref" if role == "reference" else "reward"
+      raise ValueError(f"{fw}: {role}.infer.swap=1: --{key}.offload keeps the {role}'s "
+                       f"parameters on the host for every pass; use {role} offload=1, swap=0")
   placed = {c.actor_pool: c.pools[c.actor_pool], c.rollout_pool: c.pools[c.rollout_pool]}
   placed.update({p: c.pools[p] for p in others.values()})
   nodes = node_layouts(placed, cluster, fw)
@@ -178,8 +198,12 @@ def to_openrlhf(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
   for name in ("colocate_all", "colocate_actor_ref", "colocate_critic_reward"):
     if flags[name]:
       args.append((f"train.{name}", None))
-  if flags["colocate_all"] and c.staleness == 0:
-    args += [("vllm.enable_sleep", None), ("ds.enable_sleep", None)]
+  if shared:  # the engines sleep while the models train
+    args.append(("vllm.enable_sleep", None))
+  if actor.swap:
+    args.append(("ds.enable_sleep", None))
+  if not e.cuda_graphs:
+    args.append(("vllm.enforce_eager", None))
   args += [("ds.zero_stage", actor.zero_stage), ("ds.tensor_parallel_size", actor.tp),
            ("ds.ring_attn_size", actor.cp)]
   if actor.cp > 1:
@@ -195,7 +219,6 @@ def to_openrlhf(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
   dp = actor_gpus // (actor.tp * actor.cp)
   samples = c.prompts * c.n
   mini = c.mini_batch_prompts("train.batch_size", fw) * c.n
-  check_batch(fw, "train.batch_size", mini, dp, actor.micro_batch, "train.micro_batch_size")
   if samples // micro["infer"] < dp:
     raise ValueError(f"{fw}: rollout.micro_batch_size={micro['infer']} leaves "
                      f"{samples // micro['infer']} micro-batches for {dp} actor processes "
@@ -235,5 +258,13 @@ def openrlhf_command(argv: list[str]) -> str:
   return shlex.join(["python3", "-m", "openrlhf.cli.train_ppo_ray", *argv])
 
 
+def as_run(plan: cm.Plan, **_) -> cm.Plan:
+  """The plan as OpenRLHF runs it: CUDA IPC when the engines share the actor's GPUs in a
+  synchronous run, per-tensor NCCL broadcasts otherwise."""
+  shared = plan.shares_pool("actor") and plan.mode.staleness == 0
+  return with_layouts(plan, {}, "ipc" if shared else "per_tensor")
+
+
 EXPORTER = Exporter(name="openrlhf", framework="OpenRLHF", version=VERSION,
-                    to_config=to_openrlhf, render_settings=openrlhf_command, kind="command")
+                    to_config=to_openrlhf, render_settings=openrlhf_command, kind="command",
+                    adapt=as_run)

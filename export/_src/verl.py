@@ -8,15 +8,19 @@ or Megatron training, vLLM rollout. Worker keys live in :mod:`verl_workers`.
 
 from __future__ import annotations
 
+import math
 import shlex
 
 import costmodel as cm
 from export._src.base import Exporter
 from export._src.common import Concrete
 from export._src.common import Scalar
+from export._src.common import check_sync
 from export._src.common import concrete
 from export._src.common import fmt
-from export._src.common import node_layouts
+from export._src.common import shares_rollout
+from export._src.common import with_layouts
+from export._src.nodes import node_layouts
 from export._src.verl_workers import actor_keys
 from export._src.verl_workers import critic_keys
 from export._src.verl_workers import reward_keys
@@ -111,7 +115,10 @@ def to_verl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster, strategy: str = "
       partial rollout, staleness other than 1 with ``one_step_off``, DAPO
       where its group filter does not run, a reward model on the trainer's
       GPUs in an asynchronous trainer, batches that do not split over the
-      data-parallel ranks.
+      data-parallel ranks (the rule table's ``verl`` set), the CPU optimizer
+      on FSDP1 or on Megatron without the distributed optimizer, an FSDP
+      reference whose parameters are not on the host, a weight sync other
+      than the trainer's, and every setting :func:`check_supported` names.
 
   References:
     verl-project/verl@1dda039 ``verl/trainer/config/_generated_ppo_trainer.yaml``
@@ -124,7 +131,11 @@ def to_verl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster, strategy: str = "
                                ("async_recipe", async_recipe, ("fully_async", "one_step_off"))):
     if value not in allowed:
       raise ValueError(f"to_verl: {name}={value!r} is not one of {allowed}")
-  c = concrete(plan, job, cluster, "veRL")
+  split = plan.role("actor") is not None and plan.role("actor").pool != plan.rollout_pool
+  supports = {"etp"} if strategy == "megatron" else set()
+  if split and version == "legacy" and async_recipe == "fully_async":
+    supports |= {"staleness_threshold", "require_batches"}
+  c = concrete(plan, job, cluster, "veRL", rule_set="verl", supports=frozenset(supports))
   nodes, rm_own = _placed_pools(c, cluster)
   o: dict[str, Scalar | None] = {}
   o["trainer.nnodes"], o["trainer.n_gpus_per_node"] = nodes[c.actor_pool]
@@ -149,10 +160,16 @@ def to_verl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster, strategy: str = "
   o[f"{pre}.gpu_memory_utilization"] = e.memory_fraction
   o[f"{pre}.max_num_seqs"] = e.max_seqs
   o[f"{pre}.enable_prefix_caching"] = e.prefix_caching
+  o[f"{pre}.enforce_eager"] = not e.cuda_graphs
   o[f"{pre}.log_prob_micro_batch_size_per_gpu"] = c.infer["actor"].micro_batch
+  # Colocated: the "naive" checkpoint engine loads per-tensor params in place; apart: "nccl"
+  # broadcasts buckets (verl/checkpoint_engine/base.py).
+  check_sync("veRL", c, "per_tensor" if c.colocated else "bucketed",
+             "in-place per-tensor loads (checkpoint_engine.backend naive)" if c.colocated else
+             "NCCL buckets (checkpoint_engine.backend nccl)")
 
   if c.has("critic"):
-    critic_keys(o, c, strategy, mini)
+    critic_keys(o, c, strategy)
   if c.has("reward"):
     reward_keys(o, c, nodes, rm_own)
   _placement(o, c, nodes, version, async_recipe, mini)
@@ -234,10 +251,28 @@ def _placement(o: dict, c: Concrete, nodes: dict, version: str, async_recipe: st
   o["data.train_batch_size"] = 0
   o["data.gen_batch_size"] = 1
   o["rollout.total_rollout_steps"] = None
-  o["async_training.staleness_threshold"] = float(k)
-  o["async_training.trigger_parameter_sync_step"] = c.prompts // mini
-  o["async_training.require_batches"] = 1
+  o["async_training.staleness_threshold"] = _threshold(c.mode)
+  # A trainer call takes require_batches mini-batches; a plan without streaming takes the
+  # step's whole batch in one call (require_batches = mini_batches, one call per sync).
+  calls = c.mode.require_batches or c.mini_batches
+  o["async_training.trigger_parameter_sync_step"] = c.mini_batches // calls
+  o["async_training.require_batches"] = calls
   o["async_training.partial_rollout"] = c.partial_rollout
+
+
+def _threshold(mode) -> float:
+  """``async_training.staleness_threshold``: the plan's threshold, else its staleness.
+
+  A threshold needs a staleness of ``ceil(threshold)`` steps (the import reads one key)."""
+  t = mode.staleness_threshold
+  if t is None:
+    return float(mode.staleness)
+  if float(t).is_integer() or mode.staleness != max(1, math.ceil(t)):
+    raise ValueError(f"veRL: mode.staleness_threshold={t!r} with staleness={mode.staleness}: "
+                     "async_training.staleness_threshold is one key; give a fractional "
+                     f"threshold with staleness=ceil(threshold) ({max(1, math.ceil(t))}), or a "
+                     "whole number of steps as staleness alone")
+  return float(t)
 
 
 def verl_command(overrides: dict[str, Scalar | None], module: str | None = None,
@@ -258,5 +293,12 @@ def verl_command(overrides: dict[str, Scalar | None], module: str | None = None,
   return shlex.join(argv)
 
 
+def as_run(plan: cm.Plan, strategy: str = "fsdp", **_) -> cm.Plan:
+  """The plan as veRL runs it: per-tensor loads colocated, NCCL buckets apart, and an FSDP
+  reference's parameters on the host (``forward_only``)."""
+  ref = {"reference": {"offload": 1.0, "swap": 0.0}} if strategy != "megatron" else {}
+  return with_layouts(plan, ref, "per_tensor" if shares_rollout(plan) else "bucketed")
+
+
 EXPORTER = Exporter(name="verl", framework="veRL", version=VERSION, to_config=to_verl,
-                    render_settings=verl_command, kind="command")
+                    render_settings=verl_command, kind="command", adapt=as_run)

@@ -29,7 +29,13 @@ FROM = {fw: flags.DEFINE_string(f"from_{fw}", None, help)
                           "launch script (.sh) or a YAML config."),
                          ("openrlhf", "OpenRLHF run to start from: a file holding the "
                           "train_ppo_ray command line."),
-                         ("nemo_rl", "NeMo-RL run to start from: its YAML config."))}
+                         ("nemo_rl", "NeMo-RL run to start from: its YAML config."),
+                         ("slime", "slime run to start from: a file holding the train.py / "
+                          "train_async.py command line."),
+                         ("areal", "AReaL run to start from: its YAML experiment config."))}
+_OVERSAMPLE = flags.DEFINE_float(
+    "oversample", None, "DAPO's generated / kept samples of an imported run (AReaL's config "
+    "does not state it; NeMo-RL's and slime's do).")
 _CRITIC = flags.DEFINE_string("critic_model", None,
                               "Critic preset or config.json (PPO; default: the actor's).")
 _PPO_EPOCHS = flags.DEFINE_integer("ppo_epochs", None, "Passes over each batch (default 1, or "
@@ -145,7 +151,7 @@ def given() -> dict[str, Any]:
     out["model"] = f["model"].value
   for name, key in (("response_mean", "response_mean"), ("reward_model", "reward_model"),
                     ("gpu", "gpu"), ("gpus_per_node", "gpus_per_node"),
-                    ("critic_model", "critic")):
+                    ("critic_model", "critic"), ("oversample", "oversample")):
     if f[name].present and f[name].value is not None:
       out[key] = f[name].value
   return out

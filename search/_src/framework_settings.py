@@ -13,14 +13,15 @@ import export
 
 def export_options(framework: str, plan: cm.Plan) -> dict[str, Any]:
   """The options a command-line export uses: the training backend the actor's layout needs
-  (Megatron for TP/PP/EP or ZeRO <= 1, else FSDP), the trainer its mode needs, and for OpenRLHF
-  vLLM's own ``max_num_seqs`` (it has no flag for it)."""
+  (Megatron for TP/PP/EP or ZeRO <= 1, else FSDP, FSDP2 with the CPU optimizer), the trainer
+  its mode needs, and for OpenRLHF vLLM's own ``max_num_seqs`` (it has no flag for it)."""
   a = plan.role("actor").train
   megatron = (float(a.tp) * float(a.pp) * float(a.ep) > 1 or float(a.zero_stage) <= 1)
   if framework == "verl":
     split = plan.rollout_pool != plan.role("actor").pool
     legacy = split and (plan.mode.staleness == 0 or not plan.mode.partial_rollout)
-    return {"strategy": "megatron" if megatron else "fsdp", "version": "legacy" if legacy else "v1"}
+    fsdp = "fsdp2" if float(a.offload) else "fsdp"  # FSDP2's offload_policy: the CPU optimizer
+    return {"strategy": "megatron" if megatron else fsdp, "version": "legacy" if legacy else "v1"}
   if framework == "openrlhf":
     return {"vllm_default_max_seqs": True}
   if framework == "nemo_rl":
@@ -34,8 +35,9 @@ def exports(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
   out = {}
   for fw in frameworks:
     e = export.get(fw)
+    opts = export_options(fw, plan)
     try:
-      out[fw] = (e.export(plan, job, cluster, **export_options(fw, plan)), None)
+      out[fw] = (e.export(e.adapt(plan, **opts), job, cluster, **opts), None)
     except ValueError as err:
       out[fw] = (None, str(err))
   return out
@@ -61,7 +63,8 @@ def settings_diff(framework: str, current: cm.Plan, new: cm.Plan, job: cm.RLJob,
   e = export.get(framework)
 
   def settings(plan):
-    cfg = e.to_config(plan, job, cluster, **export_options(framework, plan))
+    opts = export_options(framework, plan)
+    cfg = e.to_config(e.adapt(plan, **opts), job, cluster, **opts)
     if isinstance(cfg, list):  # an argv: --flag [value]
       out, i = {}, 0
       while i < len(cfg):

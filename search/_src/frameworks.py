@@ -17,7 +17,8 @@ configuration can express, as its exporter (:mod:`export`) reads it:
 ``any`` keeps every core rule and the framework-neutral batch rule (each
 mini-batch splits over the training pool's data-parallel ranks) and drops the
 framework-specific ones. The exporter stays the final word: the search keeps
-only plans the chosen framework's exporter accepts (:func:`export_error`).
+only plans the chosen framework's exporter accepts (:func:`export_error`), as the
+framework runs them (``Exporter.adapt``: its weight sync, where it keeps a role's state).
 """
 
 from __future__ import annotations
@@ -99,8 +100,10 @@ _REGISTRY = {f.name: f for f in (
               rule_sets=("zero3", "batch", "verl"), nodes="uniform",
               options=(("max_tp", 1), ("max_pp", 1), ("max_ep", 1), ("zero_stages", (3,)))
               + _NO_SELECTIVE,
-              export_options=({}, {"version": "legacy"},
-                              {"version": "legacy", "async_recipe": "one_step_off"}),
+              # FSDP2 for the CPU optimizer (fsdp_config.offload_policy)
+              export_options=tuple({**v, **s} for s in ({}, {"strategy": "fsdp2"}) for v in (
+                  {}, {"version": "legacy"},
+                  {"version": "legacy", "async_recipe": "one_step_off"})),
               note="veRL FSDP: ZeRO-3 without TP/PP/EP, full or no checkpointing"),
     # DeepSpeed: no pipeline, one --ds.* setting and one micro-batch for every
     # model; vLLM engines without PP or EP and vLLM's own max_num_seqs.
@@ -133,10 +136,14 @@ _REGISTRY = {f.name: f for f in (
               note="slime: Megatron flags shared by every model, SGLang without PP"),
     # The critic's inference reuses the actor's workers; staleness with
     # interruptible rollouts.
+    # Its megatron backend has no CPU optimizer (only the fsdp backend's offload_params).
     Framework("areal", ("split", "split_async_partial"),
-              rule_sets=("zero3", "batch", "areal"), nodes="uniform", options=_NO_SELECTIVE,
-              ties=_tie(("critic",), ("tp", "pp")),
-              note="AReaL: separate rollout pool, partial rollouts when asynchronous"),
+              rule_sets=("zero3", "batch", "areal"), nodes="uniform",
+              options=_NO_SELECTIVE + (("offload", (0,)),),
+              ties=_tie(("critic",), ("tp", "pp")) + (("actor.mb_infer", "actor.mb_train"),
+                                                      ("critic.mb_infer", "critic.mb_train")),
+              note="AReaL: separate rollout pool, partial rollouts when asynchronous, one "
+              "mb_spec per engine"),
 )}
 
 NAMES = tuple(_REGISTRY)
@@ -162,7 +169,7 @@ def export_error(name: str, plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -
   first = None
   for kwargs in fw.export_options:
     try:
-      exporter.to_config(plan, job, cluster, **kwargs)
+      exporter.to_config(exporter.adapt(plan, **kwargs), job, cluster, **kwargs)
       return None
     except ValueError as e:
       first = first or str(e)
@@ -176,7 +183,7 @@ def export_options(name: str, plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster
   exporter = export_lib.get(name)
   for kwargs in get(name).export_options:
     try:
-      exporter.to_config(plan, job, cluster, **kwargs)
+      exporter.to_config(exporter.adapt(plan, **kwargs), job, cluster, **kwargs)
       return dict(kwargs)
     except ValueError:
       continue

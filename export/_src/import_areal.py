@@ -1,0 +1,151 @@
+"""Import of an AReaL run: its experiment config (YAML or a nested dict).
+
+Reads the keys of inclusionAI/AReaL@4aef98d (``areal/api/cli_args.py``,
+``GRPOConfig``) that :func:`export.to_areal` writes, and the backend strings of
+``areal/api/alloc_mode.py`` (``rollout.backend: "sglang:d4t2p1"``,
+``actor.backend: "megatron:d2p2t4e4"``). Pools: with ``scheduling_strategy``
+``colocation`` the SGLang engines share the actor's pool ``all``; otherwise
+they take ``gen`` and the actor, reference and critic ``train``. An engine's
+``offload`` is its ``swap`` (colocation always offloads the actor); the fsdp
+backend's ``fsdp.offload_params`` is the CPU optimizer (``offload``).
+``rollout.max_head_offpolicyness`` is the staleness; asynchronous rollouts are
+partial.
+
+What the config cannot state: the mean response length, the architecture (a
+model path naming no preset), the accelerator, DAPO's keep rate (with
+``dynamic_bs`` a step generates ``consumer_batch_size`` groups and trains on
+the kept ones: ``oversample`` is required), and the reference's micro-batch,
+ZeRO stage and recompute (the actor's).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import costmodel as cm
+from export._src import importing
+from export._src.importing import flag
+from export._src.importing import number
+
+FW = "AReaL"
+UNEXPRESSED = {"reference.infer": ("micro_batch", "zero_stage", "recompute")}
+_BACKEND = re.compile(r"(fsdp|megatron|sglang):((?:[a-z][1-9][0-9]*)+)")
+
+
+def read_source(source: Any) -> dict[str, Any]:
+  """Flat ``{dotted key: value}`` of a nested dict or a YAML file."""
+  return importing.read_yaml(source, FW)
+
+
+def _backend(o: dict, key: str) -> tuple[str, dict[str, int]]:
+  v = o.get(key)
+  m = _BACKEND.fullmatch(v) if isinstance(v, str) else None
+  if m is None:
+    raise ValueError(f"{FW}: {key}={v!r} is not a backend string like 'sglang:d4t2' or "
+                     "'megatron:d2p2t2' (areal/api/alloc_mode.py)")
+  return m.group(1), {k: int(x) for k, x in re.findall(r"([a-z])([0-9]+)", m.group(2))}
+
+
+def _layout(o: dict, role: str, samples: int, trained: bool) -> tuple[cm.Parallel, int]:
+  """A train engine's layout and its GPUs (``d x p x t x c``)."""
+  kind, dims = _backend(o, f"{role}.backend")
+  if kind == "sglang":
+    raise ValueError(f"{FW}: {role}.backend={o[f'{role}.backend']!r} is an inference backend")
+  tp, pp, cp, ep = (dims.get(k, 1) for k in "tpce")
+  gpus = dims.get("d", 1) * pp * tp * cp
+  f: dict[str, Any] = dict(tp=tp, pp=pp, cp=cp, ep=ep, swap=float(flag(o, f"{role}.offload", FW)))
+  m = f"{role}.megatron"
+  if kind == "fsdp":
+    f.update(zero_stage=3, offload=float(flag(o, f"{role}.fsdp.offload_params", FW)),
+             recompute=2.0 if flag(o, f"{role}.gradient_checkpointing", FW) else 0.0)
+  else:
+    granularity = o.get(f"{m}.recompute_granularity", "full")
+    f.update(zero_stage=1 if flag(o, f"{m}.ddp.use_distributed_optimizer", FW, True) else 0,
+             vpp=number(o, f"{m}.virtual_pipeline_parallel_size", FW, 1),
+             recompute={"full": 2.0, "selective": 1.0}.get(granularity, 0.0) if flag(
+                 o, f"{role}.gradient_checkpointing", FW) else 0.0)
+  if trained:
+    mini = number(o, f"{role}.ppo_n_minibatches", FW, 1)
+    per_rank = samples // mini // max(1, gpus // (tp * pp * cp))
+    f["micro_batch"] = max(1, per_rank // number(o, f"{role}.mb_spec.n_mbs", FW, 1))
+  return cm.Parallel(**{k: float(v) for k, v in f.items()}), gpus
+
+
+def _algorithm(o: dict) -> str:
+  if "critic.backend" in o:
+    return "ppo"
+  if o.get("actor.reward_norm.mean_leave1out"):
+    return "rloo"
+  if o.get("actor.reward_norm.std_level") == "group":
+    return "dapo" if flag(o, "dynamic_bs", FW) else "grpo"
+  return "reinforce_pp"
+
+
+def read(source: Any, **missing: Any) -> importing.Imported:
+  """The job, plan and cluster of an AReaL config (see the module docstring).
+
+  Raises:
+    ValueError: naming the key and its value, or the keyword of a missing fact.
+  """
+  o = read_source(source)
+  algorithm = _algorithm(o)
+  groups = number(o, "train_dataset.batch_size", FW)
+  if algorithm == "dapo" and "oversample" not in missing:
+    raise ValueError(f"{FW}: dynamic_bs=True generates train_dataset.batch_size={groups} groups "
+                     "a step and keeps those the filter passes; pass oversample=<generated / "
+                     "kept> (--oversample): no config states the keep rate")
+  g = importing.given(FW, missing)
+  prompts = round(groups / g.oversample) if algorithm == "dapo" else groups
+  if algorithm == "dapo" and math.ceil(prompts * g.oversample - 1e-6) != groups:
+    raise ValueError(f"{FW}: oversample={g.oversample!r} does not give "
+                     f"train_dataset.batch_size={groups} groups from a whole number of prompts")
+  actor_model = importing.model_spec(g.model, "model", o.get("actor.path"))
+  n = number(o, "gconfig.n_samples", FW, 1)
+  use_ref = "ref.backend" in o
+  job = importing.build_job(FW, g, algorithm, actor_model, prompts, n,
+                            number(o, "train_dataset.max_length", FW),
+                            number(o, "gconfig.max_new_tokens", FW),
+                            number(o, "actor.ppo_n_minibatches", FW, 1), 1, use_ref, reward=False)
+  samples = prompts * n
+  kind, dims = _backend(o, "rollout.backend")
+  if kind != "sglang":
+    raise ValueError(f"{FW}: rollout.backend={o['rollout.backend']!r}: the export reads SGLang "
+                     "rollouts")
+  colocated = o.get("rollout.scheduling_strategy.type", "separation") == "colocation"
+  pool = "all" if colocated else "train"
+  actor, gpus = _layout(o, "actor", samples, trained=True)
+  if colocated:  # colocation offloads the actor while SGLang generates
+    actor = actor.replace(swap=1.0)
+  roles = [cm.RolePlan("actor", pool, train=actor, infer=actor)]
+  if use_ref:
+    ref, _ = _layout(o, "ref", samples, trained=False)
+    roles.append(cm.RolePlan("reference", pool, infer=ref.replace(
+        micro_batch=actor.micro_batch, zero_stage=actor.zero_stage, recompute=actor.recompute)))
+  if algorithm == "ppo":
+    critic, _ = _layout(o, "critic", samples, trained=True)
+    roles.append(cm.RolePlan("critic", pool, train=critic, infer=critic))
+  tp, pp = dims.get("t", 1), dims.get("p", 1)
+  kv = o.get("sglang.kv_cache_dtype", "auto")
+  if kv not in ("auto", "fp8_e4m3"):
+    raise ValueError(f"{FW}: sglang.kv_cache_dtype={kv!r} is not auto or fp8_e4m3")
+  engine = cm.Engine(
+      tp=float(tp), pp=float(pp), ep=float(number(o, "sglang.ep_size", FW, 1)),
+      memory_fraction=float(number(o, "sglang.mem_fraction_static", FW, kind=float, minimum=0)),
+      max_seqs=float(number(o, "sglang.max_running_requests", FW, g.engine_max_seqs)),
+      prefix_caching=not flag(o, "sglang.disable_radix_cache", FW),
+      cuda_graphs=not flag(o, "sglang.disable_cuda_graph", FW),
+      dp_attention=flag(o, "sglang.enable_dp_attention", FW),
+      precision=cm.Precision(kv="fp8" if kv == "fp8_e4m3" else None), sync_backend="bucketed")
+  pools = [cm.Pool(pool, float(gpus))]
+  if not colocated:
+    pools.insert(0, cm.Pool("gen", float(dims.get("d", 1) * tp * pp)))
+  staleness = number(o, "rollout.max_head_offpolicyness", FW, 0, minimum=0)
+  plan = cm.Plan(pools=tuple(pools), roles=tuple(roles), engine=engine,
+                 rollout_pool="all" if colocated else "gen",
+                 mode=cm.Mode(staleness=staleness, partial_rollout=staleness > 0))
+  nodes, per_node = number(o, "cluster.n_nodes", FW, 1), number(o, "cluster.n_gpus_per_node", FW, 8)
+  cluster = importing.build_cluster(g, [(nodes, per_node)])
+  cm.validate_plan(plan, job, cluster)
+  return importing.Imported(job, plan, cluster)

@@ -1,0 +1,152 @@
+"""Import of a slime run: the argv of ``train.py`` or ``train_async.py``.
+
+Reads the flags of THUDM/slime@624b824 (``slime/utils/arguments.py``) and the
+Megatron-LM and SGLang pass-through flags that :func:`export.to_slime`
+writes. ``train_async.py`` is one step off-policy (staleness 1). Pools: with
+``--colocate`` the actor and the SGLang engines share pool ``all``; otherwise
+the actor trains on ``train`` (``--actor-num-nodes x --actor-num-gpus-per-node``)
+and the engines take ``gen`` (``--rollout-num-gpus``). The critic (PPO) and
+the reference share the actor's GPUs and its Megatron flags; the reference's
+weights live in pinned host memory between its passes (``swap``).
+``--fp8-format e4m3 --fp8-recipe delayed`` is FP8 training (every layout's precision).
+``--optimizer-cpu-offload`` is the CPU optimizer (``offload``), ``--offload-train``
+(on by default with ``--colocate``) the actor's ``swap``.
+
+What the flags cannot state: the mean response length, the architecture (a
+checkpoint path naming no preset), the accelerator, DAPO's keep rate (taken
+from ``--over-sampling-batch-size`` over ``--rollout-batch-size`` unless
+``oversample`` is given) and the reference's ZeRO stage and recompute (the
+actor's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import costmodel as cm
+from export._src import importing
+from export._src.importing import choice
+from export._src.importing import number
+
+FW = "slime"
+_ALGORITHM = {"grpo": "grpo", "ppo": "ppo", "reinforce_plus_plus": "reinforce_pp"}
+_RECOMPUTE = {None: 0.0, "selective": 1.0, "full": 2.0}
+UNEXPRESSED = {"reference.infer": ("zero_stage", "recompute")}
+_SWITCHES = frozenset({
+    "--colocate", "--sequence-parallel", "--use-distributed-optimizer", "--optimizer-cpu-offload",
+    "--overlap-cpu-optimizer-d2h-h2d", "--use-precision-aware-optimizer", "--offload-train",
+    "--no-offload-train", "--sglang-disable-radix-cache", "--sglang-enable-dp-attention",
+    "--use-kl-loss", "--partial-rollout", "--use-rollout-logprobs"})
+_SCRIPTS = ("train.py", "train_async.py")
+
+
+def read_source(source: Any) -> tuple[str, dict[str, Any]]:
+  """``(script, flags)`` from :func:`export.to_slime`'s ``{"script", "argv"}``, an argv
+  list (its first words may name the script) or a launch script."""
+  if isinstance(source, dict):
+    words = [source.get("script", "train.py"), *source.get("argv", [])]
+  elif isinstance(source, (list, tuple)):
+    words = list(source)
+  else:
+    _, text = importing.read_text(source, FW)
+    words = importing.command_words(text, *_SCRIPTS)
+  script = next((w.rsplit("/", 1)[-1] for w in words if w.rsplit("/", 1)[-1] in _SCRIPTS),
+                "train.py")
+  return script, importing.parse_argv(words, _SWITCHES)
+
+
+def _layout(o: dict, moe: bool) -> cm.Parallel:
+  """The actor's Megatron layout (the critic and reference take its flags)."""
+  tp = number(o, "tensor-model-parallel-size", FW, 1)
+  etp = o.get("expert-tensor-parallel-size")
+  colocate = bool(o.get("colocate"))
+  swap = (colocate or bool(o.get("offload-train"))) and not o.get("no-offload-train")
+  granularity = choice(o, "recompute-granularity", FW, _RECOMPUTE)
+  fp8 = o.get("fp8-format")
+  if fp8 not in (None, "e4m3") or (fp8 and o.get("fp8-recipe") != "delayed"):
+    raise ValueError(f"{FW}: fp8-format={fp8!r}, fp8-recipe={o.get('fp8-recipe')!r}: the cost "
+                     "model's FP8 training is e4m3 with delayed per-tensor scaling")
+  return cm.Parallel(
+      precision=cm.Precision(compute="fp8") if fp8 else cm.Precision(),
+      tp=float(tp), pp=float(number(o, "pipeline-model-parallel-size", FW, 1)),
+      cp=float(number(o, "context-parallel-size", FW, 1)),
+      ep=float(number(o, "expert-model-parallel-size", FW, 1)),
+      # Megatron-LM's expert TP defaults to TP
+      etp=float((tp if moe else 1) if etp is None else number(
+          o, "expert-tensor-parallel-size", FW)),
+      sequence_parallel=bool(o.get("sequence-parallel")) if tp > 1 else True,
+      zero_stage=1.0 if o.get("use-distributed-optimizer") else 0.0, recompute=granularity,
+      offload=1.0 if o.get("optimizer-cpu-offload") else 0.0, swap=1.0 if swap else 0.0,
+      micro_batch=float(number(o, "micro-batch-size", FW, 1)))
+
+
+def _engine(o: dict, g: importing.Given, colocated: bool) -> cm.Engine:
+  kv = o.get("sglang-kv-cache-dtype")
+  if kv not in (None, "auto", "fp8_e4m3"):
+    raise ValueError(f"{FW}: sglang-kv-cache-dtype={kv!r} is not auto or fp8_e4m3")
+  return cm.Engine(
+      tp=float(number(o, "rollout-num-gpus-per-engine", FW, 1)),
+      ep=float(number(o, "sglang-ep-size", FW, 1)),
+      memory_fraction=float(number(o, "sglang-mem-fraction-static", FW, kind=float, minimum=0)),
+      max_seqs=float(number(o, "sglang-max-running-requests", FW, g.engine_max_seqs)),
+      prefix_caching=not o.get("sglang-disable-radix-cache"),
+      dp_attention=bool(o.get("sglang-enable-dp-attention")),
+      precision=cm.Precision(kv="fp8" if kv == "fp8_e4m3" else None),
+      sync_backend="ipc" if colocated else "bucketed")
+
+
+def read(source: Any, **missing: Any) -> importing.Imported:
+  """The job, plan and cluster of a slime run (see the module docstring).
+
+  Raises:
+    ValueError: naming the flag and its value where the argv is not a run the cost
+      model can read, or the keyword of a fact it lacks.
+  """
+  script, o = read_source(source)
+  algorithm = choice(o, "advantage-estimator", FW, _ALGORITHM, "grpo")
+  prompts = number(o, "rollout-batch-size", FW)
+  if o.get("dynamic-sampling-filter-path"):
+    if algorithm != "grpo":
+      raise ValueError(f"{FW}: dynamic-sampling-filter-path with advantage-estimator="
+                       f"{o['advantage-estimator']!r}: the cost model's DAPO is grpo")
+    algorithm = "dapo"
+    if "oversample" not in missing:
+      gen = number(o, "over-sampling-batch-size", FW, prompts)
+      missing = {**missing, "oversample": gen / prompts}
+  g = importing.given(FW, missing)
+  actor = importing.model_spec(g.model, "model", o.get("hf-checkpoint"))
+  n = number(o, "n-samples-per-prompt", FW, 1)
+  gbs = number(o, "global-batch-size", FW)
+  if (prompts * n) % gbs:
+    raise ValueError(f"{FW}: global-batch-size={gbs} must divide rollout-batch-size x "
+                     f"n-samples-per-prompt = {prompts * n}")
+  use_ref = bool(o.get("use-kl-loss"))
+  job = importing.build_job(FW, g, algorithm, actor, prompts, n,
+                            number(o, "rollout-max-prompt-len", FW),
+                            number(o, "rollout-max-response-len", FW), prompts * n // gbs, 1,
+                            use_ref, reward=False)
+  colocated = bool(o.get("colocate"))
+  train = _layout(o, actor.is_moe)
+  pool = "all" if colocated else "train"
+  roles = [cm.RolePlan("actor", pool, train=train, infer=train)]
+  if use_ref:  # its weights in pinned host memory, switched in for its pass
+    roles.append(cm.RolePlan("reference", pool, infer=train.replace(swap=1.0, offload=0.0)))
+  if algorithm == "ppo":
+    roles.append(cm.RolePlan("critic", pool, train=train, infer=train))
+  group = (number(o, "actor-num-nodes", FW, 1), number(o, "actor-num-gpus-per-node", FW, 8))
+  pools = [cm.Pool(pool, float(group[0] * group[1]))]
+  rollout_gpus = 0
+  if not colocated:
+    rollout_gpus = number(o, "rollout-num-gpus", FW)
+    pools.insert(0, cm.Pool("gen", float(rollout_gpus)))
+  mode = cm.Mode(staleness=1 if script == "train_async.py" else 0,
+                 partial_rollout=bool(o.get("partial-rollout")),
+                 rollout_log_probs=bool(o.get("use-rollout-logprobs")))
+  plan = cm.Plan(pools=tuple(pools), roles=tuple(roles), engine=_engine(o, g, colocated),
+                 rollout_pool="all" if colocated else "gen", mode=mode)
+  if g.gpus_per_node is None and "num-gpus-per-node" in o:
+    g = dataclasses.replace(g, gpus_per_node=number(o, "num-gpus-per-node", FW))
+  cluster = importing.build_cluster(g, [group], rollout_gpus)
+  cm.validate_plan(plan, job, cluster)
+  return importing.Imported(job, plan, cluster)
