@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import costmodel as cm
+from search._src import compile_cache
 from search._src import space as space_lib
 
 DEFAULT_CHUNK = 2048
@@ -44,13 +45,15 @@ def _one(structure, job, cluster, eff, v):
   return est, excess
 
 
-@functools.partial(jax.jit, static_argnames=("structure",))
+@functools.partial(jax.jit, static_argnames=("structure",),
+                   compiler_options=compile_cache.LEAN_COMPILE)
 def _scores(structure, job, cluster, eff, values):
   est, excess = jax.vmap(lambda v: _one(structure, job, cluster, eff, v))(values)
   return est.step_time_s, est.feasible, excess
 
 
-@functools.partial(jax.jit, static_argnames=("structure",))
+@functools.partial(jax.jit, static_argnames=("structure",),
+                   compiler_options=compile_cache.FAST_COMPILE)
 def _estimates(structure, job, cluster, eff, values):
   return jax.vmap(lambda v: _one(structure, job, cluster, eff, v))(values)
 

@@ -33,6 +33,7 @@ import numpy as np
 import optax
 
 import costmodel as cm
+from search._src import compile_cache
 from search._src import space as space_lib
 
 
@@ -162,15 +163,15 @@ class _Static:
 
 # The relaxed loop runs a few hundred cheap steps, so XLA's backend
 # optimisation buys little run time but costs most of the compile time of the
-# (large) gradient graph; level 0 roughly halves the compilation. At level 0 a
-# small share of gradients (about 1% of random plans) comes out NaN: the cost
-# model's smooth operations also compute their exact branch (``jnp.max``),
-# whose gradient divides by the count of elements equal to the maximum, and a
-# fused recomputation may match none of them. The selected smooth branch is
-# finite; ``update`` zeroes non-finite gradient entries, and
+# (large) gradient graph (:data:`~search._src.compile_cache.FAST_COMPILE`). At
+# level 0 a small share of gradients (about 1% of random plans) comes out NaN:
+# the cost model's smooth operations also compute their exact branch
+# (``jnp.max``), whose gradient divides by the count of elements equal to the
+# maximum, and a fused recomputation may match none of them. The selected
+# smooth branch is finite; ``update`` zeroes non-finite gradient entries, and
 # :func:`objective_and_grad` (default optimisation) shows the gradient itself
 # is finite.
-_FAST_COMPILE = {"xla_backend_optimization_level": 0}
+_FAST_COMPILE = compile_cache.FAST_COMPILE
 
 
 @functools.partial(jax.jit, static_argnames=("static", "cfg"), compiler_options=_FAST_COMPILE)
