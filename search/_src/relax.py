@@ -109,7 +109,8 @@ def _objective(fs_static, job, cluster, eff, x, tau, weight):
   structure, fs = fs_static
   v = fs.relaxed_values(x)
   plan = structure.to_plan(v)
-  est = cm.estimate(job, plan, cluster, eff, tau=tau)
+  with cm.positive_tau():  # tau > 0 throughout: trace the smooth model only
+    est = cm.estimate(job, plan, cluster, eff, tau=tau)
   penalty = (space_lib.memory_excess(structure, v, est, job, cluster)
              + space_lib.layout_violation(structure, v, job))
   step = est.step_time_s
@@ -163,12 +164,11 @@ class _Static:
 
 # The relaxed loop runs a few hundred cheap steps, so XLA's backend
 # optimisation buys little run time but costs most of the compile time of the
-# (large) gradient graph (:data:`~search._src.compile_cache.FAST_COMPILE`). At
-# level 0 a small share of gradients (about 1% of random plans) comes out NaN:
-# the cost model's smooth operations also compute their exact branch
-# (``jnp.max``), whose gradient divides by the count of elements equal to the
-# maximum, and a fused recomputation may match none of them. The selected
-# smooth branch is finite; ``update`` zeroes non-finite gradient entries, and
+# (large) gradient graph (:data:`~search._src.compile_cache.FAST_COMPILE`).
+# The objective is traced inside :func:`costmodel.positive_tau` (the annealed
+# tau stays positive), so the smooth operations trace only their surrogates:
+# no exact branch whose gradient the select would discard, half the graph to
+# compile. ``update`` still zeroes non-finite gradient entries as a guard, and
 # :func:`objective_and_grad` (default optimisation) shows the gradient itself
 # is finite.
 _FAST_COMPILE = compile_cache.FAST_COMPILE
