@@ -37,14 +37,17 @@ def positive_tau():
 
   For code that traces the relaxed model at temperatures it knows to be
   positive (the search's annealed ``tau``): the smooth surrogates are traced
-  without their exact branch, which they would not select. The promise holds
-  for the calling thread while tracing; a traced ``tau`` of 0 inside the
-  context would get the surrogates' values at a temperature of 0 (NaN).
+  without their exact branch, which they would not select. Enter it inside
+  the function that is traced (``jax.jit`` caches a trace by function and
+  arguments, not by this context); it holds for the calling thread. A traced
+  ``tau`` of 0 inside the context gets the surrogates' values at a
+  temperature of 0 (NaN).
 
   >>> import jax, costmodel as cm
-  >>> with cm.positive_tau():
-  ...   f = jax.jit(lambda t: smax(1.0, 2.0, t))
-  ...   round(float(f(0.01)), 4)
+  >>> def relaxed_max(t):
+  ...   with cm.positive_tau():
+  ...     return smax(1.0, 2.0, t)
+  >>> round(float(jax.jit(relaxed_max)(0.01)), 4)
   2.0
   """
   token = _POSITIVE.set(True)
