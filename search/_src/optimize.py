@@ -135,10 +135,11 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
 
   Notes:
     Compilation dominates a cold search (one relaxed loop and one exact
-    evaluator per family); jobs that differ only in numbers (lengths, batch
-    sizes, hardware figures) reuse the compiled code, and the persistent
-    cache serves it to later processes. ``compile_time_s`` of the result
-    says how much of the wall time was compilation.
+    evaluator per family; the families compile in parallel threads, one per
+    core); jobs that differ only in numbers (lengths, batch sizes, hardware
+    figures) reuse the compiled code, and the persistent cache serves it
+    (and the traced relaxed loops) to later processes. ``compile_time_s`` of
+    the result says how much of the wall time was tracing and compilation.
 
   Example:
     >>> import costmodel as cm, search

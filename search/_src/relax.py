@@ -35,6 +35,7 @@ import optax
 import costmodel as cm
 from search._src import compile_cache
 from search._src import space as space_lib
+from search._src import trace_cache
 
 
 class RelaxConfig(NamedTuple):
@@ -260,7 +261,10 @@ def run(fs: space_lib.FamilySpace, job: cm.RLJob, cluster: cm.Cluster, eff: cm.E
                           for v in fs.vars], np.float32)
   x0, lo, hi = (np.asarray(a, np.float32) for a in (x0, lo, hi))
   x0s, los, his = shard_starts(x0, lo, hi)
-  out = _run(_Static(fs), cfg, job, cluster, eff, x0s, los, his, jnp.asarray(trainable))
+  static = _Static(fs)
+  out = trace_cache.call("relax_run", _run, (static, cfg), (static.key, cfg),
+                         (job, cluster, eff, x0s, los, his, jnp.asarray(trainable)),
+                         _FAST_COMPILE)
   x, values, step, penalty, history = (np.asarray(a) for a in out)
   return RelaxOutput(x=x[:s], values=values[:s], step_time_s=step[:s], penalty=penalty[:s],
                      history_s=history)
