@@ -5,7 +5,7 @@ the persistent cache keeps the compiled programs on disk so a later process
 searching a job of the same shape loads them instead. It is on by default in
 ``~/.cache/rlcost/jax``; the environment variable ``RLCOST_JAX_CACHE`` names
 another directory, or switches the cache off with ``off`` (or an empty value).
-Its ``traced`` folder keeps the traced relaxed loops
+Its ``traced`` folder keeps the traced relaxed loops and exact evaluators
 (:mod:`search._src.trace_cache`), so a later process need not trace them.
 
 :class:`CompileClock` adds up the wall seconds JAX reports spending on

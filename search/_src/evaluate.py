@@ -20,6 +20,7 @@ import numpy as np
 import costmodel as cm
 from search._src import compile_cache
 from search._src import space as space_lib
+from search._src import trace_cache
 
 DEFAULT_CHUNK = 2048
 
@@ -84,8 +85,10 @@ class Evaluator:
     self.count = 0
 
   def _run_full(self, part: np.ndarray):
-    est, excess = _estimates(self.fs.structure, self.fs.job, self.fs.cluster, self.eff,
-                             jnp.asarray(part))
+    structure = self.fs.structure
+    est, excess = trace_cache.call("exact_estimates", _estimates, (structure,), structure,
+                                   (self.fs.job, self.fs.cluster, self.eff, jnp.asarray(part)),
+                                   compile_cache.FAST_COMPILE)
     return est, excess
 
   def scores(self, values: np.ndarray) -> Scores:

@@ -4,9 +4,9 @@ The persistent compilation cache (:mod:`search._src.compile_cache`) serves a
 compiled program to a later process, but that process must still trace the
 cost model to find the program's key: for the relaxed loop (its gradient
 graph, some 12,000 operations) that takes seconds of Python. This cache keeps
-the traced and lowered program itself (``jax.export``, serialised StableHLO),
-so a later process deserialises it, and the compilation cache serves its
-compiled code.
+the traced and lowered program itself (``jax.export``, serialised StableHLO,
+with the tree structure of its outputs), so a later process deserialises it,
+and the compilation cache serves its compiled code.
 
 A program is keyed by everything its trace depends on: its name and static
 arguments, the tree structure and shapes of its arguments, the backend and
@@ -22,6 +22,7 @@ import functools
 import hashlib
 import os
 import pathlib
+import pickle
 import tempfile
 import threading
 
@@ -63,7 +64,7 @@ def call(name: str, jitted, static: tuple, key, args: tuple, compiler_options: d
 
   Args:
     name: The program's name (the file's prefix).
-    jitted: A ``jax.jit`` function whose outputs are a tuple of arrays.
+    jitted: A ``jax.jit`` function (its outputs a pytree of arrays).
     static: Its leading static arguments.
     key: A value with a stable ``repr`` naming ``static``.
     args: The other arguments (pytrees of arrays and numbers).
@@ -89,18 +90,27 @@ def call(name: str, jitted, static: tuple, key, args: tuple, compiler_options: d
     program = _load_or_export(path, fn, treedef, leaves, compiler_options)
     with _lock:
       _loaded[path] = program
-  return tuple(program(*leaves))
+  return program(*leaves)
 
 
 def _load_or_export(path, fn, treedef, leaves, compiler_options):
   try:
-    exported = jax.export.deserialize(bytearray(pathlib.Path(path).read_bytes()))
-  except (OSError, ValueError):
-    flat = lambda *xs: tuple(fn(*jax.tree_util.tree_unflatten(treedef, xs)))
+    blob, out_tree = pickle.loads(pathlib.Path(path).read_bytes())
+    exported = jax.export.deserialize(bytearray(blob))
+  except (OSError, ValueError, TypeError, EOFError, pickle.UnpicklingError):
+    seen = {}
+
+    def flat(*xs):
+      out, seen["tree"] = jax.tree_util.tree_flatten(fn(*jax.tree_util.tree_unflatten(treedef,
+                                                                                        xs)))
+      return out
+
     exported = jax.export.export(jax.jit(flat))(*leaves)
+    out_tree = seen["tree"]
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), delete=False) as f:
       tmp = f.name
-      f.write(exported.serialize())
+      f.write(pickle.dumps((exported.serialize(), out_tree)))
     os.replace(tmp, path)  # atomic: a concurrent reader sees all or nothing
-  return jax.jit(exported.call, compiler_options=compiler_options)
+  program = jax.jit(exported.call, compiler_options=compiler_options)
+  return lambda *xs: jax.tree_util.tree_unflatten(out_tree, program(*xs))
