@@ -24,6 +24,7 @@ from costmodel._src.ops.collectives import collective_time
 from costmodel._src.ops.efficiency import Efficiency
 from costmodel._src.ops.lora import LoRA
 from costmodel._src.ops.roofline import roofline
+from costmodel._src.ops.smooth import positive_tau
 from costmodel._src.pytree import check_one_of
 from costmodel._src.specs.cluster import Cluster
 from costmodel._src.specs.constraints import check_rules
@@ -96,6 +97,7 @@ __all__ = (
     "models",
     "placement",
     "placements",
+    "positive_tau",
     "plot",
     "published_table",
     "read_verl_log",

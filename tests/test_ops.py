@@ -519,3 +519,48 @@ def test_smooth_max_gradient_splits_at_a_tie():
 def test_safe_div_is_zero_over_zero():
   assert float(smooth.safe_div(3.0, 0.0)) == 0.0
   assert float(smooth.safe_div(3.0, 2.0)) == 1.5
+
+
+_SMOOTH_CASES = (
+    ("smax", lambda t: smooth.smax(jnp.float32(3.0), jnp.float32(2.5), t)),
+    ("smax_n", lambda t: smooth.smax_n(jnp.array([0.5, 3.0, 2.0]), t)),
+    ("smin", lambda t: smooth.smin(jnp.float32(3.0), jnp.float32(2.5), t)),
+    ("relu", lambda t: smooth.relu(jnp.float32(-0.2), 1.0, t)),
+    ("relu_flat", lambda t: smooth.relu_flat(jnp.float32(0.3), 2.0, t)),
+    ("ceil", lambda t: smooth.ceil(jnp.float32(2.2), t)),
+)
+
+
+@pytest.mark.parametrize("name,f", _SMOOTH_CASES)
+def test_a_known_tau_traces_one_branch_with_the_same_value_and_gradient(name, f):
+
+  def promised(t):
+    with cm.positive_tau():
+      return f(t)
+
+  n_both = len(jax.make_jaxpr(f)(0.1).eqns)  # a traced tau: both branches, jnp.where
+  n_soft = len(jax.make_jaxpr(promised)(0.1).eqns)
+  assert n_soft < n_both, name
+  both, soft_only = jax.jit(f), jax.jit(promised)
+  for t in (0.05, 0.3):
+    assert float(soft_only(t)) == float(both(t)), name
+    assert float(jax.grad(promised)(t)) == pytest.approx(float(jax.grad(f)(t)), rel=1e-6), name
+    assert float(f(t)) == float(both(t)), name  # a concrete positive tau
+  assert float(f(0.0)) == float(both(0.0)), name  # a concrete zero: the exact branch
+  assert len(jax.make_jaxpr(lambda: f(0.0))().eqns) < n_both, name
+
+
+def test_known_positive():
+  assert smooth.known_positive(0.0) is False
+  assert smooth.known_positive(np.float32(0.2)) is True
+  assert smooth.known_positive(jnp.ones(3)) is None  # an array keeps jnp.where's broadcast
+  seen = []
+
+  def promised(t):
+    with cm.positive_tau():
+      seen.append(smooth.known_positive(t))
+    return t
+
+  jax.jit(lambda t: seen.append(smooth.known_positive(t)) or t)(0.5)
+  jax.jit(promised)(0.5)
+  assert seen == [None, True]

@@ -18,7 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import costmodel as cm
+from search._src import compile_cache
 from search._src import space as space_lib
+from search._src import trace_cache
 
 DEFAULT_CHUNK = 2048
 
@@ -44,13 +46,16 @@ def _one(structure, job, cluster, eff, v):
   return est, excess
 
 
+# The lean scorer keeps XLA's default options: it serves enumeration and the
+# baselines, whose throughput (large chunks) the classic emitters would halve.
 @functools.partial(jax.jit, static_argnames=("structure",))
 def _scores(structure, job, cluster, eff, values):
   est, excess = jax.vmap(lambda v: _one(structure, job, cluster, eff, v))(values)
   return est.step_time_s, est.feasible, excess
 
 
-@functools.partial(jax.jit, static_argnames=("structure",))
+@functools.partial(jax.jit, static_argnames=("structure",),
+                   compiler_options=compile_cache.FAST_COMPILE)
 def _estimates(structure, job, cluster, eff, values):
   return jax.vmap(lambda v: _one(structure, job, cluster, eff, v))(values)
 
@@ -80,8 +85,10 @@ class Evaluator:
     self.count = 0
 
   def _run_full(self, part: np.ndarray):
-    est, excess = _estimates(self.fs.structure, self.fs.job, self.fs.cluster, self.eff,
-                             jnp.asarray(part))
+    structure = self.fs.structure
+    est, excess = trace_cache.call("exact_estimates", _estimates, (structure,), structure,
+                                   (self.fs.job, self.fs.cluster, self.eff, jnp.asarray(part)),
+                                   compile_cache.FAST_COMPILE)
     return est, excess
 
   def scores(self, values: np.ndarray) -> Scores:

@@ -21,7 +21,9 @@ then the best on-policy plan is reported too.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import os
 import sys
 import time
 
@@ -32,6 +34,7 @@ import costmodel as cm
 from search._src import compile_cache
 from search._src import evaluate
 from search._src import frameworks as fw_lib
+from search._src import progress as progress_lib
 from search._src import relax
 from search._src import result as result_lib
 from search._src import rounding
@@ -61,8 +64,11 @@ def _check_int(name: str, value, low: int) -> None:
 
 def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, seed: int,
                   cfg: relax.RelaxConfig, seeds: int = 16, corners: int = 32,
-                  chunk: int = evaluate.DEFAULT_CHUNK):
+                  chunk: int = evaluate.DEFAULT_CHUNK, on_phase=None):
   """Relaxed optimisation, rounding and local search inside one family.
+
+  ``on_phase(family, phase)``, when given, is called as each phase ends
+  (:data:`~search._src.progress.PHASES`).
 
   Returns:
     ``(run, relax_output)``: the family's ranked plans and evaluator, and the
@@ -70,11 +76,15 @@ def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, se
   """
   rng = np.random.default_rng([seed, space_lib.FAMILIES.index(fs.family)])
   x0, lo, hi = fs.init_relaxed(rng, starts)
+  phase = on_phase or (lambda family, name: None)
   out = relax.run(fs, fs.job, fs.cluster, eff, x0, lo, hi, cfg)
+  phase(fs.family, "relaxed")
   ev = evaluate.Evaluator(fs, eff, chunk=chunk, full=True)
   cand = rounding.candidates(fs, out.values, rng, corners=corners)
   ranked = rounding.score(ev, cand)
+  phase(fs.family, "rounded")
   ranked = rounding.local_search(ev, result_lib.Ranked(*(a[:seeds] for a in ranked)))
+  phase(fs.family, "refined")
   return _FamilyRun(fs=fs, ev=ev, ranked=ranked), out
 
 
@@ -99,8 +109,8 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
     seed: Random seed; the same seed gives the same plan.
     top_k: Plans to return.
     efficiency: Efficiency parameters of the cost model (defaults if None).
-    progress: One line per family: absl logging (INFO) once flags are parsed,
-      else stderr.
+    progress: A progress bar on stderr when it is a terminal, and one line
+      per family: absl logging (INFO) once flags are parsed, else stderr.
     space: The discrete options of each variable (defaults if None).
     relax_config: Schedules of the relaxed phase (``steps`` overrides its
       step count).
@@ -125,10 +135,11 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
 
   Notes:
     Compilation dominates a cold search (one relaxed loop and one exact
-    evaluator per family); jobs that differ only in numbers (lengths, batch
-    sizes, hardware figures) reuse the compiled code, and the persistent
-    cache serves it to later processes. ``compile_time_s`` of the result
-    says how much of the wall time was compilation.
+    evaluator per family; the families compile in parallel threads, one per
+    core); jobs that differ only in numbers (lengths, batch sizes, hardware
+    figures) reuse the compiled code, and the persistent cache serves it
+    (and the traced relaxed loops) to later processes. ``compile_time_s`` of
+    the result says how much of the wall time was tracing and compilation.
 
   Example:
     >>> import costmodel as cm, search
@@ -170,17 +181,33 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
   return res
 
 
+def _workers(n: int) -> int:
+  """Threads for ``n`` families: one per CPU core this process may use."""
+  cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+  return max(1, min(n, cores or 1))
+
+
 def _search(job, cluster, fams, fw: fw_lib.Framework, starts, seed, top_k, eff, cfg, space,
             progress) -> SearchResult:
-  runs, history, bound, best_by = [], {}, {}, {}
-  skipped = []
-  for fam in fams:
+  spaces = [(fam, fw.build(fam, job, cluster, space)) for fam in fams]
+  skipped = [fam for fam, fs in spaces if fs is None]
+  spaces = [(fam, fs) for fam, fs in spaces if fs is not None]
+  bar = progress_lib.Bar(len(spaces), enabled=progress)
+
+  def one(fam_fs):
+    fam, fs = fam_fs
     tf = time.perf_counter()
-    fs = fw.build(fam, job, cluster, space)
-    if fs is None:
-      skipped.append(fam)
-      continue
-    run, out = search_family(fs, eff, starts, seed, cfg)
+    run, out = search_family(fs, eff, starts, seed, cfg, on_phase=bar.phase)
+    return run, out, time.perf_counter() - tf
+
+  # Families run in threads: JAX releases the interpreter lock while XLA
+  # compiles and runs, so the families' programs compile on separate cores.
+  # Each family has its own random generator: the result does not depend on
+  # the order in which they finish.
+  with bar, concurrent.futures.ThreadPoolExecutor(_workers(len(spaces))) as pool:
+    outs = list(pool.map(one, spaces))
+  runs, history, bound, best_by = [], {}, {}, {}
+  for (fam, _), (run, out, seconds) in zip(spaces, outs, strict=True):
     runs.append(run)
     history[fam] = out.history_s
     ok = out.penalty <= cfg.feasible_tol
@@ -189,7 +216,7 @@ def _search(job, cluster, fams, fw: fw_lib.Framework, starts, seed, top_k, eff, 
     best_by[fam] = float(r.step_time_s[0]) if len(r.feasible) and r.feasible[0] else np.inf
     if progress:
       _progress(f"family {fam:<20} relaxed {bound[fam]:8.2f} s  rounded {best_by[fam]:8.2f} s"
-                f"  {run.ev.count:7d} evaluations  {time.perf_counter() - tf:.1f} s")
+                f"  {run.ev.count:7d} evaluations  {seconds:.1f} s")
   done = dict(method="optimize", relaxed_bound_s=bound, best_by_family_s=best_by,
               history=history, framework=fw.name)
   if not runs:

@@ -33,7 +33,9 @@ import numpy as np
 import optax
 
 import costmodel as cm
+from search._src import compile_cache
 from search._src import space as space_lib
+from search._src import trace_cache
 
 
 class RelaxConfig(NamedTuple):
@@ -108,7 +110,8 @@ def _objective(fs_static, job, cluster, eff, x, tau, weight):
   structure, fs = fs_static
   v = fs.relaxed_values(x)
   plan = structure.to_plan(v)
-  est = cm.estimate(job, plan, cluster, eff, tau=tau)
+  with cm.positive_tau():  # tau > 0 throughout: trace the smooth model only
+    est = cm.estimate(job, plan, cluster, eff, tau=tau)
   penalty = (space_lib.memory_excess(structure, v, est, job, cluster)
              + space_lib.layout_violation(structure, v, job))
   step = est.step_time_s
@@ -162,15 +165,14 @@ class _Static:
 
 # The relaxed loop runs a few hundred cheap steps, so XLA's backend
 # optimisation buys little run time but costs most of the compile time of the
-# (large) gradient graph; level 0 roughly halves the compilation. At level 0 a
-# small share of gradients (about 1% of random plans) comes out NaN: the cost
-# model's smooth operations also compute their exact branch (``jnp.max``),
-# whose gradient divides by the count of elements equal to the maximum, and a
-# fused recomputation may match none of them. The selected smooth branch is
-# finite; ``update`` zeroes non-finite gradient entries, and
+# (large) gradient graph (:data:`~search._src.compile_cache.FAST_COMPILE`).
+# The objective is traced inside :func:`costmodel.positive_tau` (the annealed
+# tau stays positive), so the smooth operations trace only their surrogates:
+# no exact branch whose gradient the select would discard, half the graph to
+# compile. ``update`` still zeroes non-finite gradient entries as a guard, and
 # :func:`objective_and_grad` (default optimisation) shows the gradient itself
 # is finite.
-_FAST_COMPILE = {"xla_backend_optimization_level": 0}
+_FAST_COMPILE = compile_cache.FAST_COMPILE
 
 
 @functools.partial(jax.jit, static_argnames=("static", "cfg"), compiler_options=_FAST_COMPILE)
@@ -259,7 +261,10 @@ def run(fs: space_lib.FamilySpace, job: cm.RLJob, cluster: cm.Cluster, eff: cm.E
                           for v in fs.vars], np.float32)
   x0, lo, hi = (np.asarray(a, np.float32) for a in (x0, lo, hi))
   x0s, los, his = shard_starts(x0, lo, hi)
-  out = _run(_Static(fs), cfg, job, cluster, eff, x0s, los, his, jnp.asarray(trainable))
+  static = _Static(fs)
+  out = trace_cache.call("relax_run", _run, (static, cfg), (static.key, cfg),
+                         (job, cluster, eff, x0s, los, his, jnp.asarray(trainable)),
+                         _FAST_COMPILE)
   x, values, step, penalty, history = (np.asarray(a) for a in out)
   return RelaxOutput(x=x[:s], values=values[:s], step_time_s=step[:s], penalty=penalty[:s],
                      history_s=history)

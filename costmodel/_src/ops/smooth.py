@@ -8,14 +8,93 @@ the relaxed model are therefore the same code; only ``tau`` differs.
 
 ``tau`` is relative: surrogates act on the logarithm of positive quantities, so
 one temperature serves seconds and bytes alike.
+
+Each function computes the branch ``tau`` selects. When ``tau``'s sign is
+known while tracing (a Python number or a concrete array, or a traced ``tau``
+inside :func:`positive_tau`) only that branch is traced; otherwise both are,
+and ``jnp.where`` selects. The values are the same either way; the traced
+graph of the exact model (``tau = 0``) and of the search's relaxed loop is
+about half the size, which halves its compilation.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 _TINY = 1e-30
+
+_POSITIVE = contextvars.ContextVar("positive_tau", default=False)
+
+
+@contextlib.contextmanager
+def positive_tau():
+  """Within this context a traced ``tau`` is taken to be > 0.
+
+  For code that traces the relaxed model at temperatures it knows to be
+  positive (the search's annealed ``tau``): the smooth surrogates are traced
+  without their exact branch, which they would not select. Enter it inside
+  the function that is traced (``jax.jit`` caches a trace by function and
+  arguments, not by this context); it holds for the calling thread. A traced
+  ``tau`` of 0 inside the context gets the surrogates' values at a
+  temperature of 0 (NaN).
+
+  >>> import jax, costmodel as cm
+  >>> def relaxed_max(t):
+  ...   with cm.positive_tau():
+  ...     return smax(1.0, 2.0, t)
+  >>> round(float(jax.jit(relaxed_max)(0.01)), 4)
+  2.0
+  """
+  token = _POSITIVE.set(True)
+  try:
+    yield
+  finally:
+    _POSITIVE.reset(token)
+
+
+def known_positive(tau) -> bool | None:
+  """Whether ``tau > 0`` is known while tracing.
+
+  Returns:
+    True or False for a concrete scalar ``tau``, True for a traced scalar
+    ``tau`` inside :func:`positive_tau`, else None (both branches are traced
+    and ``jnp.where`` selects; that also keeps the shape a ``tau`` array
+    broadcasts to).
+  """
+  if np.ndim(tau) != 0:
+    return None
+  if isinstance(tau, jax.core.Tracer):
+    return True if _POSITIVE.get() else None
+  return bool(np.asarray(tau) > 0)
+
+
+def _t_safe(tau, dtype):
+  """``tau`` where positive, else 1 (a harmless temperature for the branch
+  that is not selected)."""
+  t = jnp.asarray(tau, dtype=dtype)
+  return t if known_positive(tau) else jnp.where(t > 0, t, 1.0)
+
+
+def _width(tau, scale, dtype):
+  """The surrogate's width ``tau * scale`` (1 where tau is not positive), at
+  least tiny."""
+  w = jnp.asarray(tau, dtype) * jnp.asarray(scale, dtype)
+  if not known_positive(tau):
+    w = jnp.where(jnp.asarray(tau) > 0, w, 1.0)
+  return jnp.maximum(w, _TINY)
+
+
+def _select(tau, soft, hard):
+  """``where(tau > 0, soft(), hard())``, tracing only the known branch."""
+  on = known_positive(tau)
+  if on is None:
+    return jnp.where(jnp.asarray(tau) > 0, soft(), hard())
+  return soft() if on else hard()
 
 
 def safe_div(num: jax.Array, den: jax.Array) -> jax.Array:
@@ -38,55 +117,53 @@ def smax(a: jax.Array, b: jax.Array, tau: jax.Array | float = 0.0) -> jax.Array:
   """
   a = jnp.asarray(a, dtype=jnp.result_type(a, b, float))
   b = jnp.asarray(b, dtype=a.dtype)
-  hard = jnp.maximum(a, b)
-  t = jnp.asarray(tau, dtype=a.dtype)
-  t_safe = jnp.where(t > 0, t, 1.0)
-  la = safe_log(a) / t_safe
-  lb = safe_log(b) / t_safe
-  soft = jnp.exp(t_safe * jnp.logaddexp(la, lb))
-  return jnp.where(t > 0, soft, hard)
+
+  def soft():
+    t_safe = _t_safe(tau, a.dtype)
+    la = safe_log(a) / t_safe
+    lb = safe_log(b) / t_safe
+    return jnp.exp(t_safe * jnp.logaddexp(la, lb))
+
+  return _select(tau, soft, lambda: jnp.maximum(a, b))
 
 
 def smax_n(xs: jax.Array, tau: jax.Array | float = 0.0, axis: int = -1) -> jax.Array:
   """Maximum over ``axis`` of non-negative values; p-norm surrogate when tau > 0."""
   xs = jnp.asarray(xs, dtype=jnp.result_type(xs, float))
-  hard = jnp.max(xs, axis=axis)
-  t = jnp.asarray(tau, dtype=xs.dtype)
-  t_safe = jnp.where(t > 0, t, 1.0)
-  soft = jnp.exp(t_safe * jax.nn.logsumexp(safe_log(xs) / t_safe, axis=axis))
-  return jnp.where(t > 0, soft, hard)
+
+  def soft():
+    t_safe = _t_safe(tau, xs.dtype)
+    return jnp.exp(t_safe * jax.nn.logsumexp(safe_log(xs) / t_safe, axis=axis))
+
+  return _select(tau, soft, lambda: jnp.max(xs, axis=axis))
 
 
 def smin(a: jax.Array, b: jax.Array, tau: jax.Array | float = 0.0) -> jax.Array:
   """Minimum of two positive quantities; harmonic p-norm surrogate when tau > 0."""
   a = jnp.asarray(a, dtype=jnp.result_type(a, b, float))
   b = jnp.asarray(b, dtype=a.dtype)
-  hard = jnp.minimum(a, b)
-  t = jnp.asarray(tau, dtype=a.dtype)
-  t_safe = jnp.where(t > 0, t, 1.0)
-  la = -safe_log(a) / t_safe
-  lb = -safe_log(b) / t_safe
-  soft = jnp.exp(-t_safe * jnp.logaddexp(la, lb))
-  return jnp.where(t > 0, soft, hard)
 
+  def soft():
+    t_safe = _t_safe(tau, a.dtype)
+    la = -safe_log(a) / t_safe
+    lb = -safe_log(b) / t_safe
+    return jnp.exp(-t_safe * jnp.logaddexp(la, lb))
 
-def _width(x, scale, tau):
-  """``(x as a float array, tau > 0, the surrogate's width tau * scale)``.
-
-  Double where: at tau == 0 the unused branch gets a harmless width, so its
-  gradient (with respect to x or scale) cannot turn into NaN.
-  """
-  x = jnp.asarray(x, dtype=jnp.result_type(x, float))
-  on = jnp.asarray(tau) > 0
-  w = jnp.where(on, jnp.asarray(tau, x.dtype) * jnp.asarray(scale, x.dtype), 1.0)
-  return x, on, jnp.maximum(w, _TINY)
+  return _select(tau, soft, lambda: jnp.minimum(a, b))
 
 
 def relu(x: jax.Array, scale: jax.Array | float, tau: jax.Array | float = 0.0) -> jax.Array:
   """``max(x, 0)``; softplus with width ``tau * scale`` when tau > 0."""
-  x, on, w = _width(x, scale, tau)
-  soft = w * jax.nn.softplus(jnp.where(on, x, 0.0) / w)
-  return jnp.where(on, soft, jnp.maximum(x, 0.0))
+  x = jnp.asarray(x, dtype=jnp.result_type(x, float))
+
+  def soft():
+    # Double where: at tau == 0 the unused branch gets a harmless width, so
+    # its gradient (with respect to x or scale) cannot turn into NaN.
+    w = _width(tau, scale, x.dtype)
+    xs = x if known_positive(tau) else jnp.where(jnp.asarray(tau) > 0, x, 0.0)
+    return w * jax.nn.softplus(xs / w)
+
+  return _select(tau, soft, lambda: jnp.maximum(x, 0.0))
 
 
 def relu_flat(x: jax.Array, scale: jax.Array | float, tau: jax.Array | float = 0.0) -> jax.Array:
@@ -97,10 +174,14 @@ def relu_flat(x: jax.Array, scale: jax.Array | float, tau: jax.Array | float = 0
   ``w = tau * scale``, then ``x - w / 2``. Value and gradient are continuous,
   the gradient finite everywhere.
   """
-  x, on, w = _width(x, scale, tau)
+  x = jnp.asarray(x, dtype=jnp.result_type(x, float))
   pos = jnp.maximum(x, 0.0)
-  soft = jnp.where(pos < w, 0.5 * pos**2 / w, pos - 0.5 * w)
-  return jnp.where(on, soft, pos)
+
+  def soft():
+    w = _width(tau, scale, x.dtype)
+    return jnp.where(pos < w, 0.5 * pos**2 / w, pos - 0.5 * w)
+
+  return _select(tau, soft, lambda: pos)
 
 
 def ceil(x: jax.Array, tau: jax.Array | float = 0.0) -> jax.Array:
@@ -110,8 +191,7 @@ def ceil(x: jax.Array, tau: jax.Array | float = 0.0) -> jax.Array:
   rounding step of the search, which evaluates the exact model.
   """
   x = jnp.asarray(x, dtype=jnp.result_type(x, float))
-  soft = smax(x, jnp.ones_like(x), tau)
-  return jnp.where(jnp.asarray(tau) > 0, soft, jnp.ceil(x - 1e-9))
+  return _select(tau, lambda: smax(x, jnp.ones_like(x), tau), lambda: jnp.ceil(x - 1e-9))
 
 
 def at_least_one(x: jax.Array, tau: jax.Array | float = 0.0) -> jax.Array:

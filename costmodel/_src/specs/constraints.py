@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from costmodel._src import pytree
+from costmodel._src.ops import smooth
 from costmodel._src.specs.model import ModelSpec
 from costmodel._src.specs.rule_table import RULE_SETS
 from costmodel._src.specs.rule_table import RULES
@@ -105,10 +106,14 @@ def rule_penalty(scope: str, fields: Fields, tau, rule_sets: Sequence[str] = (),
   Finite with finite gradients at any ``tau`` (jax: ``xp=jax.numpy``).
   """
   total = 0.0
+  on = smooth.known_positive(tau)  # a known tau: only its measure is computed
   for r in rules(scope, rule_sets, only):
-    relaxed = r.measure(fields, xp, False)
-    exact = r.measure(fields, xp, True)
-    total = total + xp.where(xp.asarray(tau) > 0, relaxed, exact)
+    if on is None:
+      measure = xp.where(xp.asarray(tau) > 0, r.measure(fields, xp, False),
+                         r.measure(fields, xp, True))
+    else:
+      measure = r.measure(fields, xp, not on)
+    total = total + measure
   return total
 
 

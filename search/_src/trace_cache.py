@@ -1,0 +1,116 @@
+"""Traced programs kept on disk next to the persistent compilation cache.
+
+The persistent compilation cache (:mod:`search._src.compile_cache`) serves a
+compiled program to a later process, but that process must still trace the
+cost model to find the program's key: for the relaxed loop (its gradient
+graph, some 12,000 operations) that takes seconds of Python. This cache keeps
+the traced and lowered program itself (``jax.export``, serialised StableHLO,
+with the tree structure of its outputs), so a later process deserialises it,
+and the compilation cache serves its compiled code.
+
+A program is keyed by everything its trace depends on: its name and static
+arguments, the tree structure and shapes of its arguments, the backend and
+device kind, the JAX version and the source of the ``costmodel`` and
+``search`` packages (any edit makes a new key). It is used only where the
+compilation cache is on and on one device (an exported program fixes its
+device count).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import pathlib
+import pickle
+import tempfile
+import threading
+
+import jax
+import numpy as np
+
+_lock = threading.Lock()
+_loaded: dict[str, object] = {}
+
+
+@functools.lru_cache(maxsize=1)
+def _source_digest() -> str:
+  """Digest of the packages whose code a traced program embodies."""
+  import costmodel  # pylint: disable=g-import-not-at-top
+  import search  # pylint: disable=g-import-not-at-top
+  h = hashlib.sha256(f"jax {jax.__version__}".encode())
+  for package in (costmodel, search):
+    root = pathlib.Path(package.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+      h.update(str(path.relative_to(root)).encode())
+      h.update(path.read_bytes())
+  return h.hexdigest()
+
+
+def _leaf_spec(leaf) -> tuple:
+  return (np.shape(leaf), str(jax.numpy.result_type(leaf)),
+          isinstance(leaf, (int, float, bool)))
+
+
+def _directory() -> str | None:
+  path = jax.config.jax_compilation_cache_dir
+  if not path or jax.device_count() != 1:
+    return None
+  return os.path.join(path, "traced")
+
+
+def call(name: str, jitted, static: tuple, key, args: tuple, compiler_options: dict):
+  """``jitted(*static, *args)`` through a program traced once per key and kept on disk.
+
+  Args:
+    name: The program's name (the file's prefix).
+    jitted: A ``jax.jit`` function (its outputs a pytree of arrays).
+    static: Its leading static arguments.
+    key: A value with a stable ``repr`` naming ``static``.
+    args: The other arguments (pytrees of arrays and numbers).
+    compiler_options: ``jitted``'s XLA options, for the compilation of the
+      deserialised program.
+
+  Returns:
+    ``jitted(*static, *args)`` (called as it is when this cache is not used).
+  """
+  directory = _directory()
+  if directory is None:
+    return jitted(*static, *args)
+  leaves, treedef = jax.tree_util.tree_flatten(args)
+  spec = repr((name, key, str(treedef), tuple(_leaf_spec(x) for x in leaves),
+               sorted(compiler_options.items()), jax.default_backend(),
+               jax.devices()[0].device_kind, _source_digest()))
+  digest = hashlib.sha256(spec.encode()).hexdigest()[:40]
+  path = os.path.join(directory, f"{name}-{digest}.jaxexport")
+  with _lock:
+    program = _loaded.get(path)
+  if program is None:
+    fn = functools.partial(jitted.__wrapped__, *static)
+    program = _load_or_export(path, fn, treedef, leaves, compiler_options)
+    with _lock:
+      _loaded[path] = program
+  return program(*leaves)
+
+
+def _load_or_export(path, fn, treedef, leaves, compiler_options):
+  try:
+    blob, out_tree = pickle.loads(pathlib.Path(path).read_bytes())
+    exported = jax.export.deserialize(bytearray(blob))
+  except (OSError, ValueError, TypeError, EOFError, pickle.UnpicklingError):
+    seen = {}
+
+    def flat(*xs):
+      out, seen["tree"] = jax.tree_util.tree_flatten(fn(*jax.tree_util.tree_unflatten(treedef,
+                                                                                        xs)))
+      return out
+
+    exported = jax.export.export(jax.jit(flat))(*leaves)
+    out_tree = seen["tree"]
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), delete=False) as f:
+      tmp = f.name
+      f.write(pickle.dumps((exported.serialize(), out_tree)))
+    os.replace(tmp, path)  # atomic: a concurrent reader sees all or nothing
+  program = jax.jit(exported.call, compiler_options=compiler_options)
+  return lambda *xs: jax.tree_util.tree_unflatten(out_tree, program(*xs))
