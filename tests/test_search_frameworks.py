@@ -162,3 +162,22 @@ def test_differences_name_what_changed(search_job, cluster_2x8):
       "pool gen 8->6, actor tp 1->2, reference tp 1->2")
   assert result_lib.differences(a, "split", a, "split") == "same layout"
   assert result_lib.layout_key(a, "split") != result_lib.layout_key(b, "split")
+
+
+def test_searched_plans_are_estimated_as_the_framework_runs_them(search_job, cluster_2x8,
+                                                                  compact_space):
+  # NeMo-RL refits colocated engines over CUDA IPC and swaps the policy's state to the
+  # host around generation: the plans returned carry that, and so do their estimates.
+  res = search.optimize(search_job, cluster_2x8, families=["colocated"], starts=4, steps=10,
+                        seed=0, space=compact_space, framework="nemo_rl", top_k=2)
+  assert res.feasible and res.top
+  steps = [float(est.step_time_s) for _, est in res.top]
+  assert steps == sorted(steps)
+  for plan, est in res.top:
+    assert plan.engine.sync_backend == "ipc"
+    assert plan.role("actor").train.swap == 1.0
+    again = fw_lib.as_run("nemo_rl", plan, search_job, cluster_2x8)
+    assert again.engine.sync_backend == "ipc" and again.role("actor").train.swap == 1.0
+    assert float(est.step_time_s) == pytest.approx(
+        float(cm.estimate(search_job, plan, cluster_2x8).step_time_s), rel=1e-5)
+  assert fw_lib.as_run("any", res.best_plan, search_job, cluster_2x8) is res.best_plan
