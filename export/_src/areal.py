@@ -15,16 +15,16 @@ import costmodel as cm
 from export._src.base import Exporter
 from export._src.base import to_yaml
 from export._src.common import Layout
-from export._src.common import check_sync
 from export._src.common import concrete
 from export._src.common import kv_cache_dtype
-from export._src.common import refuse_degrees
-from export._src.common import refuse_remax
-from export._src.common import refuse_reward_model_and_epochs
-from export._src.common import same_degrees
 from export._src.common import shares_rollout
 from export._src.common import with_layouts
 from export._src.nodes import node_layouts
+from export._src.refusals import check_sync
+from export._src.refusals import refuse_degrees
+from export._src.refusals import refuse_remax
+from export._src.refusals import refuse_reward_model_and_epochs
+from export._src.refusals import same_degrees
 
 VERSION = "inclusionAI/AReaL@4aef98d"
 

@@ -16,14 +16,14 @@ from export._src.base import to_yaml
 from export._src.common import FP8_TRAINING
 from export._src.common import Concrete
 from export._src.common import Layout
-from export._src.common import check_sync
 from export._src.common import concrete
-from export._src.common import refuse_degrees
-from export._src.common import refuse_remax
-from export._src.common import same_degrees
 from export._src.common import shares_rollout
-from export._src.common import training_fp8
 from export._src.common import with_layouts
+from export._src.refusals import check_sync
+from export._src.refusals import refuse_degrees
+from export._src.refusals import refuse_remax
+from export._src.refusals import same_degrees
+from export._src.refusals import training_fp8
 
 VERSION = "NVIDIA-NeMo/RL@7ea279a"
 

@@ -13,14 +13,14 @@ import costmodel as cm
 from export._src.base import Exporter
 from export._src.common import Concrete
 from export._src.common import Scalar
-from export._src.common import check_recompute
-from export._src.common import check_sync
 from export._src.common import concrete
 from export._src.common import fmt
-from export._src.common import refuse_degrees
-from export._src.common import same_degrees
 from export._src.common import with_layouts
 from export._src.nodes import node_layouts
+from export._src.refusals import check_recompute
+from export._src.refusals import check_sync
+from export._src.refusals import refuse_degrees
+from export._src.refusals import same_degrees
 
 _OPENRLHF_ESTIMATOR = {"ppo": "gae", "grpo": "group_norm", "dapo": "group_norm",
                        "reinforce_pp": "reinforce", "rloo": "rloo"}

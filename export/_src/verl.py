@@ -15,12 +15,12 @@ import costmodel as cm
 from export._src.base import Exporter
 from export._src.common import Concrete
 from export._src.common import Scalar
-from export._src.common import check_sync
 from export._src.common import concrete
 from export._src.common import fmt
 from export._src.common import shares_rollout
 from export._src.common import with_layouts
 from export._src.nodes import node_layouts
+from export._src.refusals import check_sync
 from export._src.verl_workers import actor_keys
 from export._src.verl_workers import critic_keys
 from export._src.verl_workers import reward_keys

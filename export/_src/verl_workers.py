@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from export._src.common import Concrete
 from export._src.common import Layout
-from export._src.common import check_recompute
-from export._src.common import refuse_degrees
-from export._src.common import same_degrees
+from export._src.refusals import check_recompute
+from export._src.refusals import refuse_degrees
+from export._src.refusals import same_degrees
 
 _RECOMPUTE_NAMES = ("none", "selective", "full")
 
