@@ -28,7 +28,6 @@ import sys
 import time
 
 from absl import logging
-import jax
 import numpy as np
 
 import costmodel as cm
@@ -290,13 +289,6 @@ def _distinct(runs, entries, top_k, fw, job, cluster):
   return chosen, refusal
 
 
-def _same(a, b) -> bool:
-  la, ta = jax.tree_util.tree_flatten(a)
-  lb, tb = jax.tree_util.tree_flatten(b)
-  return ta == tb and all(np.array_equal(np.asarray(x), np.asarray(y))
-                          for x, y in zip(la, lb, strict=True))
-
-
 def _as_run(fw, pairs, families, job, cluster, eff):
   """The plans as framework ``fw`` runs them (:func:`frameworks.as_run`: its weight
   sync, where it keeps a role's state) with their exact estimates, fastest
@@ -304,7 +296,7 @@ def _as_run(fw, pairs, families, job, cluster, eff):
   out = []
   for (plan, est), fam in zip(pairs, families, strict=True):
     run = fw_lib.as_run(fw.name, plan, job, cluster)
-    if not _same(run, plan):
+    if run != plan:  # plans compare field by field (frozen dataclasses of scalars)
       plan, est = run, cm.estimate(job, run, cluster, eff)
     out.append((plan, est, fam))
   out.sort(key=lambda t: (not bool(t[1].feasible), float(t[1].step_time_s)))
