@@ -50,18 +50,17 @@ DS_CHAT_LORA = LoRA(128.0, targets=("q", "k", "v", "o", "gate", "up", "down"),
 VERL_LORA = LoRA(32.0)
 VERL_TUNING = ("verl-project/verl@2239fd0 docs/perf/device_tuning.rst, "
                "examples/tuning/*/qwen2-*_grpo-lora_*_h100_fsdp_vllm.sh")
-DS_CHAT_ROWS = {"rl:103": 0.5, "rl:104": 0.5, "rl:110": 0.75}
-"""Row -> the engine's share of HBM."""
 
 
 def dschat_lora_runs() -> list[rl_cases.Run]:
   """The DeepSpeed-Chat rows that fit only with a LoRA actor."""
   out = []
-  for run in rl_cases._dschat_runs():  # pylint: disable=protected-access
+  for run in rl_cases.dschat_runs():
     rid = run.row_ids[0]
-    if rid not in DS_CHAT_ROWS:
+    if rid not in rl_cases.DS_CHAT_LORA_ROWS:
       continue
-    plan = run.plan.replace(engine=run.plan.engine.replace(memory_fraction=DS_CHAT_ROWS[rid]))
+    fraction = rl_cases.DS_CHAT_LORA_ROWS[rid]
+    plan = run.plan.replace(engine=run.plan.engine.replace(memory_fraction=fraction))
     out.append(run._replace(key=run.key + "-lora", label=run.label + " (LoRA 128)",
                             job=run.job.replace(lora=DS_CHAT_LORA), plan=plan,
                             note=run.note + "; actor LoRA rank 128 on decoder.layers., base "

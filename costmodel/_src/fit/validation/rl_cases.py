@@ -221,9 +221,17 @@ def _dsv3_run() -> Run:
              "engine runs eager (the script's enforce_eager=True) over 4 nodes")
 
 
-def _dschat_runs() -> list[Run]:
+DS_CHAT_LORA_ROWS = {"rl:103": 0.5, "rl:104": 0.5, "rl:110": 0.75}
+"""DeepSpeed-Chat rows whose scripts train a LoRA actor -> the engine's share of HBM."""
+
+
+def dschat_runs() -> list[Run]:
   """Rows 100-110: DeepSpeed-Chat PPO epochs (264,292 samples of 256 + 256
-  tokens); batch per step at the 1,024-pair cap; ZeRO-3, hybrid engine."""
+  tokens); batch per step at the 1,024-pair cap; ZeRO-3, hybrid engine.
+
+  Every row as full fine-tuning; the rows of :data:`DS_CHAT_LORA_ROWS` are
+  predicted as LoRA runs by :mod:`~costmodel._src.fit.validation.lora_cases`.
+  """
   out = []
   critic = model_presets.get("opt-350m")
   tp_by_size = {"1.3b": 1, "6.7b": 1, "13b": 2, "30b": 4, "66b": 8, "175b": 8}
@@ -291,9 +299,8 @@ def runs() -> list[Run]:
   fine-tuning their scripts do not run.
   """
   from costmodel._src.fit.validation import async_cases  # pylint: disable=g-import-not-at-top
-  from costmodel._src.fit.validation import lora_cases  # pylint: disable=g-import-not-at-top
   means = inferred_means()
-  full = [r for r in _dschat_runs() if r.row_ids[0] not in lora_cases.DS_CHAT_ROWS]
+  full = [r for r in dschat_runs() if r.row_ids[0] not in DS_CHAT_LORA_ROWS]
   return (_dapo28k_runs(means["dapo28k"]) + _one_step_off_runs(means["one_step_off"])
           + [_dsv3_run()] + full + async_cases.ablation_runs(means["dapo28k"])
           + async_cases.validate_pair_runs(means["dapo10k"]))
