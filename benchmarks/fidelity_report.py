@@ -55,7 +55,7 @@ MECHANISMS = (
 )
 # Rows with a 0/1 or integer prediction (fits or not, the largest batch that
 # fits): reported, never fitted.
-NOT_FITTED = ("feasibility", "lora_max_batch")
+NOT_FITTED = ("feasibility", "lora_max_batch", "rl_multi_turn")  # multi-turn: lengths assumed
 
 
 def _mechanism_table(result: cm.CalibrationResult) -> str:

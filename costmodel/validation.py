@@ -22,7 +22,7 @@ from costmodel._src.fit.validation.rl_cases import runs as rl_runs
 from costmodel._src.fit.validation.sync_cases import SKIPPED_MORE
 
 GROUPS = ("training", "memory", "kernel", "decode", "collective", "moe", "fp8", "rl_step",
-          "rl_stage", "rl_sync", "feasibility", "rl_lora", "lora_max_batch")
+          "rl_stage", "rl_sync", "feasibility", "rl_lora", "lora_max_batch", "rl_multi_turn")
 
 
 def cases(groups: Sequence[str] | None = None) -> list[Case]:
@@ -46,6 +46,9 @@ def cases(groups: Sequence[str] | None = None) -> list[Case]:
   if {"rl_lora", "lora_max_batch"} & set(groups):
     from costmodel._src.fit.validation import lora_cases  # pylint: disable=g-import-not-at-top
     out += [c for c in lora_cases.cases() if c.group in groups]
+  if "rl_multi_turn" in groups:
+    from costmodel._src.fit.validation import agentic_cases  # pylint: disable=g-import-not-at-top
+    out += agentic_cases.cases()
   return out
 
 

@@ -363,8 +363,6 @@ SKIPPED_RL = {
     "rl:7": "Qwen3-30B-A3B colocated: Megatron layout and rollout TP not published",
     "rl:8": "Qwen3-30B-A3B fully async: mean response length not published; kept out "
             "with its colocated twin",
-    "rl:9": "multi-turn tool calling: lengths, samples and layouts not published",
-    "rl:10": "multi-turn tool calling: lengths, samples and layouts not published",
     "rl:11": "see SKIPPED_MORE (rows 12-13 are weight-sync cases, group rl_sync)",
     "rl:19-21": "MFU-only rows without lengths or batch",
     "rl:168-175": "headline claims without configuration",
