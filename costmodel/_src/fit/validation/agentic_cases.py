@@ -23,10 +23,17 @@ advance on their own: tool calls overlap decoding), Ulysses SP 4 with FSDP2,
 Not published: the turns per episode, the tokens per turn and per
 observation, and the tool latency. The cases assume :data:`TURNS` model turns
 (three code calls), observations of :data:`OBSERVATION_TOKENS` tokens and
-SandboxFusion calls of about a second (five in the tail), and infer the mean
+SandboxFusion calls of :data:`CALL_S` (five times that in the tail), each
+holding one of the :data:`SANDBOX_SLOTS` execution slots the tool's
+configuration allows, and infer the mean
 tokens per turn from rl:9's ``update_actor`` (the group's anchor, as for the
 other groups whose lengths are not published: training time follows the
 trajectory's tokens), so the other five numbers are predictions.
+With 1 s calls the 32 slots serve 1,024 x 3 calls in about 96 s, just under
+the engine's busy time, so generation comes out at about 104 s against the
+published 228 s; calls of 2.4 s would make the sandbox the bottleneck and
+match rl:9's ``gen`` and step and rl:10's step within 3% (not assumed: the
+call time is not published).
 :func:`sensitivity` shows how they move with the assumed turns (little: with
 the trajectory's tokens pinned by the anchor, 2 to 8 turns move every
 prediction by under 1%).
@@ -56,13 +63,23 @@ OBSERVATION_TOKENS = 128.0
 PROMPT_TOKENS = 256.0
 """Assumed mean prompt (DAPO-Math-17k problems with the ReTool instruction)."""
 MAX_TRAJECTORY = 16384.0  # the scripts' max_response_length
+CALL_S = 1.0
+"""Assumed wall time of one sandbox call, holding its execution slot (not published)."""
+SANDBOX_SLOTS = 32
+"""Concurrent code executions: ``num_workers: 4`` in
+``recipe/retool/sandbox_fusion_tool_config.yaml`` (volcengine/verl@83e82cd)
+is the ``max_concurrency`` of each tool instance's execution actor
+(``verl/tools/sandbox_fusion_tools.py`` ``init_execution_pool``), one
+instance per agent-loop worker (``rollout.agent.num_workers: 8``,
+``verl/trainer/config/rollout/rollout.yaml``); the global rate limit (128)
+does not bind."""
 
 
 def _job(mean_per_turn: float, turns: int) -> RLJob:
   cap = (MAX_TRAJECTORY - (turns - 1) * OBSERVATION_TOKENS) / turns
-  mt = MultiTurn(turns=turns, tool_latency_s_mean=1.0, tool_latency_s_max=5.0,
-                 env_cpu_s=0.5, observation_tokens=OBSERVATION_TOKENS, kv_reuse=True,
-                 overlap_tools=True)
+  mt = MultiTurn(turns=turns, tool_latency_s_mean=CALL_S, tool_latency_s_max=5.0 * CALL_S,
+                 env_cpu_s=CALL_S, observation_tokens=OBSERVATION_TOKENS,
+                 env_cores=SANDBOX_SLOTS, kv_reuse=True, overlap_tools=True)
   return RLJob("dapo", model_presets.get("qwen2.5-7b"), prompts_per_step=64.0,
                samples_per_prompt=16.0, prompt_len=PROMPT_TOKENS,
                response=ResponseLength.from_mean_max(min(mean_per_turn, 0.9 * cap), cap),
