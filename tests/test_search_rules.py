@@ -8,6 +8,7 @@ import pytest
 
 import costmodel as cm
 import search
+from search._src import evaluate
 from search._src import rules
 from search._src import space as space_lib
 
@@ -120,3 +121,18 @@ def test_runs_reads_validate_plan_rules_not_the_spaces():
   assert rules._runs(fs, row)
   np.testing.assert_array_equal(fs.runs(row[None]), [True])
   np.testing.assert_array_equal(fs.valid(row[None]), [False])
+
+
+def test_scores_with_estimates_matches_estimates():
+  job, cluster = _default_job()
+  fs = space_lib.build("colocated", job, cluster)
+  rows = np.stack(rules._rows(fs, {"all": 64.0}, 2.0, 0.5, 1024.0)[:3])
+  ev = evaluate.Evaluator(fs, chunk=8, full=True)
+  s, est = ev.scores(rows, with_estimates=True)
+  one = ev.estimates(rows)
+  assert est.gen_concurrency.shape == (3,)
+  for i in range(3):
+    assert est.gen_concurrency[i] == float(one[i].gen_concurrency)
+    assert s.step_time_s[i] == float(one[i].step_time_s)
+  with pytest.raises(ValueError, match="with_estimates=True needs full=True"):
+    evaluate.Evaluator(fs, chunk=8).scores(rows, with_estimates=True)

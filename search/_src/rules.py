@@ -274,12 +274,12 @@ def kv_fit_split(job: cm.RLJob, cluster: cm.Cluster,
     if not rows:
       return None, False
     values = np.stack(rows)
-    ok = np.flatnonzero(ev.scores(values).feasible)
+    s, est = ev.scores(values, with_estimates=True)
+    ok = np.flatnonzero(s.feasible)
     if not len(ok):
       return None, False
-    est = ev.estimates(values[ok[0]:ok[0] + 1])[0]
     replicas = g / (values[ok[0], fs.index("engine.tp")] * values[ok[0], fs.index("engine.pp")])
-    return values[ok[0]], float(est.gen_concurrency) * replicas >= n_seq * (1 - 1e-6)
+    return values[ok[0]], float(est.gen_concurrency[ok[0]]) * replicas >= n_seq * (1 - 1e-6)
 
   # The fewest generating GPUs that hold the batch, by bisection over the
   # rollout pool sizes (more GPUs hold more); when none does, the largest
