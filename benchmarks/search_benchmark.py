@@ -135,7 +135,10 @@ def _throughput() -> list[tuple[str, float]]:
   ppo = cm.RLJob("ppo", cm.models.get("qwen2.5-7b"), prompts_per_step=512.0,
                  samples_per_prompt=8.0, reward_model=cm.models.get("qwen2.5-1.5b"))
   rows = []
+  # Every family: GRPO's four and PPO's three-pool split.
   for label, j, fam in (("GRPO 7B, colocated", job, "colocated"), ("GRPO 7B, split", job, "split"),
+                        ("GRPO 7B, split_async", job, "split_async"),
+                        ("GRPO 7B, split_async_partial", job, "split_async_partial"),
                         ("PPO 7B + 1.5B RM, split3", ppo, "split3")):
     fs = space_lib.build(fam, j, cluster, _space())
     values = baselines._Blocks(fs).sample(np.random.default_rng(0), 262_144)

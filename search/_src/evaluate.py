@@ -91,13 +91,26 @@ class Evaluator:
                                    compile_cache.FAST_COMPILE)
     return est, excess
 
-  def scores(self, values: np.ndarray) -> Scores:
-    """Exact step time, feasibility and memory excess of each row."""
+  def scores(self, values: np.ndarray, with_estimates: bool = False):
+    """Exact step time, feasibility and memory excess of each row.
+
+    Args:
+      values: [N, V] value vectors.
+      with_estimates: Also return the rows' :class:`costmodel.Estimate` (one
+        of numpy arrays with a leading axis of N), from the same evaluation;
+        needs ``full``.
+
+    Returns:
+      :class:`Scores`, or ``(Scores, Estimate)`` with ``with_estimates``.
+    """
+    if with_estimates and not self.full:
+      raise ValueError(f"Evaluator.scores: {with_estimates=} needs full=True")
     values = np.asarray(values, dtype=np.float32)
     n = values.shape[0]
     out_t = np.empty(n, np.float64)
     out_f = np.empty(n, bool)
     out_x = np.empty(n, np.float64)
+    ests = []
     for start in range(0, n, self.chunk):
       part = values[start:start + self.chunk]
       m = part.shape[0]
@@ -106,6 +119,8 @@ class Evaluator:
       if self.full:
         est, x = self._run_full(part)
         t, f = est.step_time_s, est.feasible
+        if with_estimates:
+          ests.append(jax.tree_util.tree_map(lambda a, m=m: np.asarray(a)[:m], est))
       else:
         t, f, x = _scores(self.fs.structure, self.fs.job, self.fs.cluster, self.eff,
                           jnp.asarray(part))
@@ -116,7 +131,10 @@ class Evaluator:
     bad = ~np.isfinite(out_t)
     out_t[bad] = np.inf
     out_f &= ~bad
-    return Scores(out_t, out_f, out_x)
+    s = Scores(out_t, out_f, out_x)
+    if not with_estimates:
+      return s
+    return s, jax.tree_util.tree_map(lambda *a: np.concatenate(a), *ests)
 
   def estimates(self, values: np.ndarray) -> list[cm.Estimate]:
     """Full exact :class:`costmodel.Estimate` of each row (few rows)."""

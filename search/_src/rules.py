@@ -115,12 +115,28 @@ def _runs(fs: space_lib.FamilySpace, row: np.ndarray) -> bool:
   return True
 
 
+def _running(fs: space_lib.FamilySpace, rows: list[np.ndarray]) -> list[np.ndarray]:
+  """The rows whose plan :func:`costmodel.validate_plan` accepts, in order.
+
+  The per-plan rules are read over all rows at once (:meth:`FamilySpace.runs`);
+  the first row they pass goes through ``validate_plan`` itself for the rules
+  every plan of the family shares, and when it fails there each remaining
+  row does.
+  """
+  if fs is None or not rows:
+    return []
+  keep = np.flatnonzero(fs.runs(np.stack(rows)))
+  if len(keep) and _runs(fs, rows[keep[0]]):
+    return [rows[i] for i in keep]
+  return [rows[i] for i in keep[1:] if _runs(fs, rows[i])]
+
+
 def _pick(name: str, description: str, family: str, fs: space_lib.FamilySpace | None, rows,
           eff: cm.Efficiency | None) -> SearchResult:
   """The rule's plan: the first of its candidate rows (in the rule's order of
   preference) that runs and fits, else the least-bad one."""
   t0 = time.perf_counter()
-  rows = [r for r in rows if fs is not None and _runs(fs, r)]
+  rows = _running(fs, rows)
   if not rows:
     return SearchResult(method=name, description=description, family=family,
                         infeasible_reason=f"no layout of the rule runs in family {family!r}",
@@ -254,16 +270,16 @@ def kv_fit_split(job: cm.RLJob, cluster: cm.Cluster,
     gen_opts = fs.var(gen).options
     g = float(gen_opts[gen_opts <= n - rest][-1])
     pools = {place.rollout_pool: g, place.pool_of("actor"): rest}
-    rows = [r for r in _rows(fs, pools, 1.0, 0.9, max(n_seq, 1.0)) if _runs(fs, r)]
+    rows = _running(fs, _rows(fs, pools, 1.0, 0.9, max(n_seq, 1.0)))
     if not rows:
       return None, False
     values = np.stack(rows)
-    ok = np.flatnonzero(ev.scores(values).feasible)
+    s, est = ev.scores(values, with_estimates=True)
+    ok = np.flatnonzero(s.feasible)
     if not len(ok):
       return None, False
-    est = ev.estimates(values[ok[0]:ok[0] + 1])[0]
     replicas = g / (values[ok[0], fs.index("engine.tp")] * values[ok[0], fs.index("engine.pp")])
-    return values[ok[0]], float(est.gen_concurrency) * replicas >= n_seq * (1 - 1e-6)
+    return values[ok[0]], float(est.gen_concurrency[ok[0]]) * replicas >= n_seq * (1 - 1e-6)
 
   # The fewest generating GPUs that hold the batch, by bisection over the
   # rollout pool sizes (more GPUs hold more); when none does, the largest

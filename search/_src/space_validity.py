@@ -14,6 +14,7 @@ from search._src.space_options import _TRAINED
 from search._src.space_options import _cover
 from search._src.space_options import _step_option
 from search._src.space_structure import _role_layout_fields
+from search._src.space_structure import _role_model
 
 
 class FamilyValidity:
@@ -93,6 +94,37 @@ class FamilyValidity:
       ms = self.col(values, "engine.max_seqs")
       ok &= (ms < 2.0 * n_r) | (ms == self.var("engine.max_seqs").options[0])
     return ok
+
+  def runs(self, values: np.ndarray) -> np.ndarray:
+    """Which value vectors give a plan whose layouts :func:`costmodel.validate_plan`
+    accepts: the rule table's per-plan rules (pools, each role's training and
+    inference layout, the engine) without the space's optional rule sets, read
+    vectorised over rows. Unlike :meth:`valid` it keeps duplicates. The rules
+    that are the same for every plan of the family (roles, placement,
+    schedule) are not read here.
+
+    Args:
+      values: [..., V] value vectors.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    ok = np.ones(values.shape[:-1], dtype=bool)
+    for p in self.structure.pools:
+      ok &= cm.rule_mask("pool", {"gpus": self.col(values, f"pool.{p}")})
+    ok &= cm.rule_mask("pools", self._pools_fields(values))
+    # validate_plan's batch: samples per step in float64.
+    samples = float(self.job.prompts_per_step) * float(self.job.samples_per_prompt)
+    mini = samples / self.job.mini_batches
+    for role in self.structure.roles:
+      src = "actor" if role == "reference" else role
+      get = lambda d, src=src: self.col(values, f"{src}.{d}")
+      for trained in ((True, False) if role in _TRAINED else (False,)):
+        fields = cm.layout_fields(_role_model(self.job, src), self.pool_of(values, role),
+                                  get("tp"), get("pp"), get("cp"), get("ep"), zero=get("zero"),
+                                  micro_batch=get("mb_train" if trained else "mb_infer"),
+                                  samples=samples, mini_batch_samples=mini,
+                                  trained=trained)
+        ok &= cm.rule_mask("layout", fields)
+    return ok & cm.rule_mask("engine", self._engine_fields(values))
 
   @property
   def rollout_pool(self) -> str:
