@@ -67,7 +67,13 @@ def dp_attention_select(engine: Engine, on: Callable[[], Any], off: Callable[[],
   flag = engine.dp_attention
   if pytree.is_concrete(flag) and np.ndim(flag) == 0:
     return on() if float(flag) > 0.5 else off()
-  return jax.tree.map(lambda a, b: jnp.where(jnp.asarray(flag) > 0.5, a, b), on(), off())
+
+  def pick(a, b):
+    if isinstance(a, (bool, int, float, str)) and type(a) is type(b) and a == b:
+      return a  # a fact both branches share (a count, a flag) stays a Python value
+    return jnp.where(jnp.asarray(flag) > 0.5, a, b)
+
+  return jax.tree.map(pick, on(), off())
 
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, engine: Engine, kv_bytes: float):
