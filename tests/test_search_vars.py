@@ -211,12 +211,14 @@ def test_search_interleaves_when_the_bubble_dominates(bubble_searches, cluster_2
   assert plain.best_plan.role("actor").train.vpp == 1.0
   t_free, t_plain = float(free.best_estimate.step_time_s), float(plain.best_estimate.step_time_s)
   assert t_free < 0.95 * t_plain
-  # The same plan with vpp = 1: the bubble is (pp - 1) / vpp passes of a stage, the
-  # hand-offs vpp times as many (what the update's comm gains: n_updates m 2 p2p (vpp - 1)).
+  # The same plan with vpp = 1. Per update the bubble is (pp - 1) / vpp passes of a stage
+  # (S + 2 p2p vpp: the hand-offs vpp times as many, which the update's comm gains as
+  # n_updates m 2 p2p (vpp - 1)), so bubble(vpp) = bubble(1) / vpp + n_updates (pp - 1)
+  # 2 p2p (vpp - 1) / vpp.
   job, v = _bubble_job(), float(best.vpp)
+  plain_vpp = lambda lay: lay.replace(vpp=1.0) if lay is not None else None
   one = free.best_plan.replace(roles=tuple(
-      r.replace(train=r.train.replace(vpp=1.0) if r.train is not None else None,
-                infer=r.infer.replace(vpp=1.0) if r.infer is not None else None)
+      dataclasses.replace(r, train=plain_vpp(r.train), infer=plain_vpp(r.infer))
       for r in free.best_plan.roles))
   a_v = free.best_estimate.stage("actor_update")
   a_1 = cm.estimate(job, one, cluster_2x8).stage("actor_update")
@@ -224,7 +226,7 @@ def test_search_interleaves_when_the_bubble_dominates(bubble_searches, cluster_2
       float(best.tp) * float(best.pp))
   m = job.samples_per_step / job.mini_batches / (dp * float(best.micro_batch))
   p2p2 = (a_v["comm_s"] - a_1["comm_s"]) / (job.mini_batches * m * (v - 1.0))  # 2 p2p
-  expect = a_1["bubble_s"] / v + (float(best.pp) - 1.0) / v * p2p2 * (v - 1.0)
+  expect = a_1["bubble_s"] / v + job.mini_batches * (float(best.pp) - 1.0) / v * p2p2 * (v - 1.0)
   assert a_v["bubble_s"] == pytest.approx(expect, rel=1e-4)
   assert a_v["bubble_s"] / a_1["bubble_s"] == pytest.approx(1.0 / v, rel=0.05)
 
