@@ -13,9 +13,9 @@ import costmodel as cm
 import search
 from search._src import space as space_lib
 
-N_PLANS = 10_000
+N_PLANS = 12_000
 MODELS = ("qwen2.5-1.5b", "llama-3.1-8b", "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3")
-SETS = ((), ("verl",), ("openrlhf",), ("nemo_rl",), ("zero3",))
+SETS = ((), ("verl",), ("openrlhf",), ("nemo_rl",), ("zero3", "interleave"))
 SYNCS = ("per_tensor", "bucketed", "ipc", "reshard")
 CLUSTER_GPUS = 32
 
@@ -55,6 +55,7 @@ def _draw(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     d[f"ep_{r}"] = c((1, 2, 4, 8, 16, 32, 3), (.6, .1, .1, .1, .04, .03, .03))
     d[f"zero_{r}"] = c((1, 3), (.7, .3))
     d[f"etp_{r}"] = c((1, 2, 1.5), (.8, .15, .05))
+    d[f"vpp_{r}"] = c((1, 2, 4, 3), (.9, .05, .03, .02))
   return d
 
 
@@ -63,7 +64,7 @@ def _layout(d, r, gpus, facts, job_facts, trained, xp=np):
   f = {**{k: xp.asarray(v[d["model"]]) for k, v in facts.items()}, "gpus": xp.asarray(gpus),
        "tp": xp.asarray(d[f"tp_{r}"]), "pp": xp.asarray(d[f"pp_{r}"]),
        "cp": xp.asarray(d[f"cp_{r}"]), "ep": xp.asarray(d[f"ep_{r}"]),
-       "etp": xp.asarray(d[f"etp_{r}"]),
+       "etp": xp.asarray(d[f"etp_{r}"]), "vpp": xp.asarray(d[f"vpp_{r}"]),
        "zero": xp.asarray(d[f"zero_{r}"]), "micro_batch": xp.asarray(mb),
        "trained": float(trained)}
   f.update({k: xp.asarray(v) for k, v in job_facts.items()})
@@ -117,8 +118,9 @@ def _readings(d, rule_sets, xp=np):
 
 
 @functools.cache
-def _parallel(tp, pp, cp, ep, etp, zero, mb):
-  return cm.Parallel(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, zero_stage=zero, micro_batch=mb)
+def _parallel(tp, pp, cp, ep, etp, zero, mb, vpp):
+  return cm.Parallel(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, zero_stage=zero, micro_batch=mb,
+                     vpp=vpp)
 
 
 @functools.cache
@@ -129,7 +131,7 @@ def _engine(tp, pp, ep, sync):
 def _plan(d, i, job):
   get = lambda k: float(d[k][i])
   par = lambda r, mb: _parallel(get(f"tp_{r}"), get(f"pp_{r}"), get(f"cp_{r}"), get(f"ep_{r}"),
-                                get(f"etp_{r}"), get(f"zero_{r}"), mb)
+                                get(f"etp_{r}"), get(f"zero_{r}"), mb, get(f"vpp_{r}"))
   split = d["split"][i] == 1
   pools = ((cm.Pool("gen", get("pool_a")), cm.Pool("train", get("pool_b"))) if split
            else (cm.Pool("all", get("pool_a")),))
@@ -253,6 +255,24 @@ def test_zero3_rule_is_an_optional_set(cluster):
     cm.validate_plan(plan, job, cluster, frameworks=("zero3",))
   with pytest.raises(ValueError, match=r"rule_sets: 'megatron' is not one of"):
     cm.validate_plan(plan, job, cluster, frameworks=("megatron",))
+
+
+def test_interleave_rule_is_an_optional_set(cluster):
+  job = _job("qwen2.5-1.5b", "grpo", 0)  # 28 layers
+  uneven = cm.Plan.colocated(job, cluster, train=cm.Parallel(pp=4.0, vpp=2.0))
+  cm.validate_plan(uneven, job, cluster)  # Megatron's uneven pipeline layouts run it
+  with pytest.raises(ValueError, match=r"pp\*vpp=8 must divide n_layers=28"):
+    cm.validate_plan(uneven, job, cluster, frameworks=("interleave",))
+  even = cm.Plan.colocated(job, cluster, train=cm.Parallel(pp=2.0, vpp=2.0))
+  cm.validate_plan(even, job, cluster, frameworks=("interleave",))
+  fields = cm.layout_fields(job.actor, 8.0, 1.0, np.array([1.0, 2.0, 2.0, 4.0]), 1.0, 1.0,
+                            vpp=np.array([2.0, 2.0, 4.0, 1.0]))
+  np.testing.assert_array_equal(cm.rule_mask("layout", fields, ("interleave",)),
+                                [False, True, False, True])
+  # pp = 1 with vpp = 2 breaks vpp_needs_pp by one stage; pp = 2 with vpp = 4
+  # leaves 28 mod 8 = 4 layers over (4 / 8).
+  np.testing.assert_allclose(cm.rule_penalty("layout", fields, 0.0, ("interleave",)),
+                             [1.0, 0.0, 0.5, 0.0])
 
 
 @pytest.mark.parametrize("framework,name", [("verl", "verl/"), ("openrlhf", "openrlhf/"),

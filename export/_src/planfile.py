@@ -249,6 +249,7 @@ def describe(plan: cm.Plan) -> str:
   pools = "+".join(f"{p.name}:{_num(p.gpus)}" for p in plan.pools)
   a = plan.role("actor").train
   actor = (f"actor tp{_num(a.tp)} pp{_num(a.pp)}"
+           + (f" vpp{_num(a.vpp)}" if float(a.vpp) > 1 else "")
            + (f" cp{_num(a.cp)}" if float(a.cp) > 1 else "")
            + (f" ep{_num(a.ep)}" if float(a.ep) > 1 else "")
            + f" zero{_num(a.zero_stage)} mb{_num(a.micro_batch)}"
@@ -256,5 +257,6 @@ def describe(plan: cm.Plan) -> str:
   e = plan.engine
   engine = (f"engine tp{_num(e.tp)}" + (f" pp{_num(e.pp)}" if float(e.pp) > 1 else "")
             + (f" ep{_num(e.ep)}" if float(e.ep) > 1 else "")
+            + (" dp-attention" if float(e.dp_attention) else "")
             + f" mem {float(e.memory_fraction):.2f} seqs {_num(e.max_seqs)}")
   return f"{pools} | {actor} | {engine} | {plan.mode.name}"

@@ -90,6 +90,13 @@ class Framework:
 
 _ALL = tuple(p.name for p in cm.placements())
 _NO_SELECTIVE = (("recompute", (0, 2)),)
+# Interleaved pipelines: veRL's and AReaL's Megatron backends write them
+# (virtual_pipeline_model_parallel_size, virtual_pipeline_parallel_size);
+# NeMo-RL's megatron_cfg and slime's launch scripts have no such setting.
+_NO_VPP = (("vpp", (1,)),)
+# DP-attention: SGLang's enable_dp_attention, which slime and AReaL write; veRL,
+# OpenRLHF and NeMo-RL set no such engine flag.
+_NO_DP_ATTENTION = (("engine_dp_attention", (0,)),)
 
 _REGISTRY = {f.name: f for f in (
     Framework("any", _ALL, note="core rules and the framework-neutral batch rule"),
@@ -99,7 +106,7 @@ _REGISTRY = {f.name: f for f in (
     Framework("verl", ("colocated", "split", "split_async", "split_async_partial"),
               rule_sets=("zero3", "batch", "verl"), nodes="uniform",
               options=(("max_tp", 1), ("max_pp", 1), ("max_ep", 1), ("zero_stages", (3,)))
-              + _NO_SELECTIVE,
+              + _NO_SELECTIVE + _NO_DP_ATTENTION,
               # FSDP2 for the CPU optimizer (fsdp_config.offload_policy)
               export_options=tuple({**v, **s} for s in ({}, {"strategy": "fsdp2"}) for v in (
                   {}, {"version": "legacy"},
@@ -113,7 +120,7 @@ _REGISTRY = {f.name: f for f in (
               critic_families=("colocated", "split_async", "split_async_partial", "split3"),
               rule_sets=("zero3", "batch", "openrlhf"), nodes="uniform",
               options=(("max_pp", 1), ("max_ep", 1), ("engine_max_pp", 1), ("engine_ep", (0,)),
-                       ("max_seqs", (256,))) + _NO_SELECTIVE,
+                       ("max_seqs", (256,))) + _NO_SELECTIVE + _NO_DP_ATTENTION,
               ties=_tie(("critic",), _DEGREES + ("zero", "recompute", "offload", "mb_train",
                                                   "mb_infer"))
               + _tie(("reward",), _DEGREES + ("mb_infer",)),
@@ -122,14 +129,15 @@ _REGISTRY = {f.name: f for f in (
               "default max_num_seqs (256)"),
     # Policy workers hold the actor, reference and critic; DTensor or Megatron.
     Framework("nemo_rl", ("colocated", "split", "split_async", "split_async_partial"),
-              rule_sets=("zero3", "batch", "nemo_rl"), nodes="whole", options=_NO_SELECTIVE,
+              rule_sets=("zero3", "batch", "nemo_rl"), nodes="whole",
+              options=_NO_SELECTIVE + _NO_VPP + _NO_DP_ATTENTION,
               ties=(("critic.mb_infer", "critic.mb_train"), ("critic.zero", "actor.zero")),
               note="NeMo-RL: whole nodes per role on several nodes, one value micro-batch"),
     # Megatron (ZeRO-1 distributed optimizer), SGLang engines without PP; every
     # model gets the actor's Megatron flags and micro-batch.
     Framework("slime", ("colocated", "split", "split_async"),
               rule_sets=("zero3", "batch", "slime"), nodes="uniform",
-              options=(("zero_stages", (1,)), ("engine_max_pp", 1)),
+              options=(("zero_stages", (1,)), ("engine_max_pp", 1)) + _NO_VPP,
               ties=(("actor.mb_infer", "actor.mb_train"),)
               + _tie(("critic",), _DEGREES) + (("critic.mb_train", "actor.mb_train"),
                                                ("critic.mb_infer", "actor.mb_train")),
@@ -140,7 +148,7 @@ _REGISTRY = {f.name: f for f in (
     Framework("areal", ("split", "split_async_partial"),
               rule_sets=("zero3", "batch", "areal"), nodes="uniform",
               options=_NO_SELECTIVE + (("offload", (0,)),),
-              ties=_tie(("critic",), ("tp", "pp")) + (("actor.mb_infer", "actor.mb_train"),
+              ties=_tie(("critic",), ("tp", "pp", "vpp")) + (("actor.mb_infer", "actor.mb_train"),
                                                       ("critic.mb_infer", "critic.mb_train")),
               note="AReaL: separate rollout pool, partial rollouts when asynchronous, one "
               "mb_spec per engine"),

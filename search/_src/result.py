@@ -197,14 +197,15 @@ def differences(plan: cm.Plan, family: str, best: cm.Plan, best_family: str) -> 
       if phase == "infer" and r.role in ("actor", "critic"):
         names = ("micro_batch",)  # degrees shared with training
       else:
-        names = ("tp", "pp", "cp", "ep", "micro_batch", "zero_stage", "recompute", "offload")
+        names = ("tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "recompute",
+                 "offload")
       tag = f"{r.role}" if phase == "train" or r.role not in ("actor", "critic") else \
           f"{r.role} infer"
       for n in names:
         a, c = float(getattr(theirs, n)), float(getattr(mine, n))
         if a != c:
           out.append(f"{tag} {n.replace('micro_batch', 'mb')} {a:g}->{c:g}")
-  for n in ("tp", "pp", "ep", "max_seqs", "memory_fraction"):
+  for n in ("tp", "pp", "ep", "dp_attention", "max_seqs", "memory_fraction"):
     a, c = float(getattr(best.engine, n)), float(getattr(plan.engine, n))
     if a != c:
       out.append(f"engine {n} {a:g}->{c:g}")

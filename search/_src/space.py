@@ -21,7 +21,13 @@ plan is a vector of values, one per :class:`Var`:
   the reference the actor's parallel settings), with its own ``offload``;
 * the engine: ``tp``, ``pp``, ``max_seqs`` (log2), ``memory_fraction``
   (relaxed: a sigmoid onto its range) and, for MoE models, the categorical
-  ``ep`` (0: no expert parallelism, 1: experts sharded over the TP group).
+  ``ep`` (0: no expert parallelism, 1: experts sharded over the TP group);
+  for MLA models the categorical ``dp_attention`` (0, 1: SGLang's and vLLM's
+  data-parallel attention, the latent KV held once per GPU);
+* per trained role, the categorical ``vpp`` (interleaved pipeline chunks per
+  GPU, :attr:`SpaceOptions.vpp`), present when some pipeline degree admits a
+  value above 1 (``pp > 1`` with ``pp x vpp`` dividing the layers: the rule
+  table's ``vpp_needs_pp`` and ``vpp_divides_layers``).
 
 A role's training and inference phases share its degrees (both run on the same
 workers with one sharding) and differ in micro-batch. Categorical variables are
@@ -105,6 +111,19 @@ class FamilySpace(FamilyValidity, FamilyRelaxed):
     return math.prod(len(v.options) for v in self.vars)
 
 
+def _vpp_options(model: cm.ModelSpec, pps, vpps) -> list[int]:
+  """1 and the interleaving degrees of ``vpps`` that some pipeline degree of
+  ``pps`` above 1 admits (the rule table's ``vpp_divides_layers``)."""
+  p = np.asarray([x for x in pps if x > 1], np.float64)
+  out = [1]
+  for v in vpps:
+    if v > 1 and len(p) and cm.rule_mask("layout", cm.layout_fields(
+        model, p * v, 1.0, p, 1.0, 1.0, vpp=float(v)), ("interleave",),
+        only=("vpp_divides_layers",)).any():
+      out.append(int(v))
+  return sorted(set(out))
+
+
 def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
           options: SpaceOptions | None = None, nodes: str = "any",
           ties: tuple[tuple[str, str], ...] = (),
@@ -169,7 +188,8 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
     model = {"actor": job.actor, "critic": job.critic, "reward": job.reward_model}[role]
     tp_hi = min(opts.max_tp or domain, n)
     vars_.append(Var(f"{role}.tp", LOG2, f64(_tp_options(model, tp_hi))))
-    vars_.append(Var(f"{role}.pp", LOG2, f64(_powers_of_two(min(opts.max_pp, model.n_layers, n)))))
+    pps = _powers_of_two(min(opts.max_pp, model.n_layers, n))
+    vars_.append(Var(f"{role}.pp", LOG2, f64(pps)))
     vars_.append(Var(f"{role}.cp", LOG2, f64(_powers_of_two(min(opts.max_cp, n)))))
     if model.is_moe:
       e = np.asarray(_powers_of_two(min(opts.max_ep, model.n_experts, n)), dtype=np.float64)
@@ -184,6 +204,9 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
     vars_.append(Var(f"{role}.zero", CAT, f64(opts.zero_stages)))
     if role in _TRAINED:
       vars_.append(Var(f"{role}.recompute", CAT, f64(opts.recompute)))
+      vpps = _vpp_options(model, pps, opts.vpp)
+      if len(vpps) > 1:
+        vars_.append(Var(f"{role}.vpp", CAT, f64(vpps)))
     vars_.append(Var(f"{role}.offload", CAT, f64(opts.offload)))
     if role == "actor" and "reference" in roles:
       vars_.append(Var("reference.offload", CAT, f64(opts.offload)))
@@ -196,12 +219,15 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
   vars_.append(Var("engine.pp", LOG2, f64(_powers_of_two(min(opts.engine_max_pp,
                                                              actor.n_layers, n)))))
   vars_.append(Var("engine.ep", CAT, f64(opts.engine_ep if actor.is_moe else (0,))))
+  if actor.is_mla and len(opts.engine_dp_attention) > 1:
+    vars_.append(Var("engine.dp_attention", CAT, f64(opts.engine_dp_attention)))
   vars_.append(Var("engine.memory_fraction", FRAC, f64(opts.memory_fractions)))
   vars_.append(Var("engine.max_seqs", LOG2, f64(opts.max_seqs)))
   names = tuple(v.name for v in vars_)
   ties = tuple((a, b) for a, b in ties if a in names and b in names)
   tied = dict(ties)
   vars_ = [Var(v.name, v.kind, np.asarray([1.0])) if v.name in tied else v for v in vars_]
+  rule_sets = tuple(rule_sets) + (() if "interleave" in rule_sets else ("interleave",))
   structure = Structure(family=family, roles=roles, names=names, n_gpus=n, ties=ties,
-                        rule_sets=tuple(rule_sets))
+                        rule_sets=rule_sets)
   return FamilySpace(structure=structure, vars=tuple(vars_), job=job, cluster=cluster)

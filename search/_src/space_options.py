@@ -53,6 +53,11 @@ class SpaceOptions:
     max_seqs: Engine concurrency caps, powers of two.
     engine_ep: Engine expert-parallel settings tried on MoE models (0: none,
       1: experts sharded over the engine's TP group).
+    vpp: Interleaved pipeline chunks per GPU tried for a trained role (1:
+      plain 1F1B); a value > 1 only with pp > 1 and ``pp x vpp`` dividing
+      the layers.
+    engine_dp_attention: Engine data-parallel attention settings tried on
+      MLA models (0: off, 1: on); elsewhere it stays off.
   """
 
   max_tp: int = 0
@@ -68,6 +73,8 @@ class SpaceOptions:
   memory_fractions: tuple[float, ...] = tuple(round(0.3 + 0.05 * i, 2) for i in range(14))
   max_seqs: tuple[int, ...] = (32, 64, 128, 256, 512, 1024, 2048, 4096)
   engine_ep: tuple[int, ...] = (0, 1)
+  vpp: tuple[int, ...] = (1, 2, 4)
+  engine_dp_attention: tuple[int, ...] = (0, 1)
 
   def __post_init__(self):
     for f in ("max_tp", "engine_max_tp"):
@@ -78,13 +85,13 @@ class SpaceOptions:
       v = getattr(self, f)
       if not isinstance(v, int) or v < 1:
         raise ValueError(f"SpaceOptions: {f}={v!r} must be an integer >= 1")
-    for f in ("micro_batches", "max_seqs"):
+    for f in ("micro_batches", "max_seqs", "vpp"):
       v = tuple(getattr(self, f))
       if not v or any(int(x) != x or x < 1 or (int(x) & (int(x) - 1)) for x in v):
         raise ValueError(f"SpaceOptions: {f}={v!r} must be powers of two >= 1")
       object.__setattr__(self, f, tuple(sorted(int(x) for x in v)))
     for f, allowed in (("zero_stages", (1, 3)), ("recompute", (0, 1, 2)), ("offload", (0, 1)),
-                       ("engine_ep", (0, 1))):
+                       ("engine_ep", (0, 1)), ("engine_dp_attention", (0, 1))):
       v = tuple(getattr(self, f))
       if not v or any(x not in allowed for x in v):
         raise ValueError(f"SpaceOptions: {f}={v!r} must be a non-empty subset of {allowed}")

@@ -52,22 +52,34 @@ class Structure:
     """Column of ``name`` in a value vector (a tied name: its source's)."""
     return self.names.index(dict(self.ties).get(name, name))
 
+  def value(self, v, name: str, default: float, xp=np):
+    """Column ``name`` of ``v`` (at least ``default``, a float when ``v`` is
+    numpy), or ``default`` when the space has no such variable."""
+    if name not in self.names:
+      return default
+    x = v[self.index(name)]
+    return float(max(x, default)) if xp is np else jnp.maximum(x, default)
+
   def to_plan(self, v) -> cm.Plan:
     """The plan of one value vector ``v`` (numpy: concrete; jax: traceable)."""
     concrete = isinstance(v, np.ndarray)
     get = (lambda n: float(v[self.index(n)])) if concrete else (lambda n: v[self.index(n)])
+    xp = np if concrete else jnp
     pool_gpus = {p: get(f"pool.{p}") for p in self.pools}
 
-    def layout(role: str, mb: str, offload_role: str | None = None) -> cm.Parallel:
+    def layout(role: str, mb: str, offload_role: str | None = None, vpp=1.0) -> cm.Parallel:
       return cm.Parallel(tp=get(f"{role}.tp"), pp=get(f"{role}.pp"), cp=get(f"{role}.cp"),
                          ep=get(f"{role}.ep"), micro_batch=get(f"{role}.{mb}"),
                          zero_stage=get(f"{role}.zero"),
                          recompute=get(f"{role}.recompute") if role in _TRAINED else 0.0,
-                         offload=get(f"{offload_role or role}.offload"))
+                         offload=get(f"{offload_role or role}.offload"), vpp=vpp)
 
-    train = {r: layout(r, "mb_train") for r in self.roles if r in _TRAINED}
-    infer = {r: layout("actor", "mb_infer", "reference") if r == "reference"
-             else layout(r, "mb_infer") for r in self.roles}
+    # A trained role's inference runs its training model chunks (its vpp); an
+    # unset vpp column (0) is plain 1F1B.
+    vpp = {r: self.value(v, f"{r}.vpp", 1.0, xp) for r in _TRAINED}
+    train = {r: layout(r, "mb_train", vpp=vpp[r]) for r in self.roles if r in _TRAINED}
+    infer = {r: layout("actor", "mb_infer", "reference", vpp["actor"]) if r == "reference"
+             else layout(r, "mb_infer", vpp=vpp.get(r, 1.0)) for r in self.roles}
     tp = get("engine.tp")
     ep_on = get("engine.ep")
     if concrete:
@@ -76,7 +88,8 @@ class Structure:
       ep = jnp.where(ep_on > 0.5, tp, 1.0)
     engine = cm.Engine(tp=tp, pp=get("engine.pp"), ep=ep,
                        memory_fraction=get("engine.memory_fraction"),
-                       max_seqs=get("engine.max_seqs"))
+                       max_seqs=get("engine.max_seqs"),
+                       dp_attention=self.value(v, "engine.dp_attention", 0.0, xp))
     return self.placement.plan(pool_gpus, self.roles, engine, train=train, infer=infer)
 
 
@@ -91,9 +104,10 @@ def _role_layout_fields(structure: Structure, job: cm.RLJob, role: str, get, gpu
   samples = job.samples_per_step
   if xp is np:
     samples = float(samples)
+  vpp = get(f"{role}.vpp") if trained and f"{role}.vpp" in structure.names else 1.0
   return cm.layout_fields(_role_model(job, role), gpus,
                           *(get(f"{role}.{d}") for d in ("tp", "pp", "cp", "ep")),
-                          zero=get(f"{role}.zero"),
+                          zero=get(f"{role}.zero"), vpp=vpp,
                           micro_batch=get(f"{role}.mb_train") if trained else 1.0,
                           samples=samples, mini_batch_samples=samples / job.mini_batches,
                           trained=trained)

@@ -153,7 +153,8 @@ class FamilyValidity:
   def repair(self, values: np.ndarray) -> np.ndarray:
     """Moves value vectors towards validity: ZeRO-3 drops TP/PP/EP, degrees that
     do not divide their pool are halved (pp, then cp, then tp), expert degrees
-    that do not fold into a pipeline stage are halved, oversized pools shrink.
+    that do not fold into a pipeline stage are halved, interleaving that the
+    pipeline does not admit is halved, oversized pools shrink.
     Which rule a row breaks comes from the rule table. The result may still be
     invalid; :meth:`valid` decides."""
     v = np.array(values, dtype=np.float64, copy=True)
@@ -189,6 +190,15 @@ class FamilyValidity:
           break
         j = idx(f"{role}.ep")
         v[bad, j] = v[bad, j] / 2
+      if f"{role}.vpp" in self.names:
+        j = idx(f"{role}.vpp")
+        for _ in range(8):
+          fields = self._layout_fields(v, role)
+          bad = (self._violated("layout", fields, "vpp_needs_pp")
+                 | self._violated("layout", fields, "vpp_divides_layers"))
+          if not bad.any():
+            break
+          v[bad, j] = np.maximum(v[bad, j] / 2, 1.0)
     samples = float(self.job.samples_per_step)
     for role in _LAYOUT_ROLES:
       if role not in self.structure.roles:

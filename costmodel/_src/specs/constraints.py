@@ -145,7 +145,7 @@ def model_fields(model: ModelSpec) -> dict[str, float]:
 
 
 def layout_fields(model: ModelSpec, gpus, tp, pp, cp, ep, *, zero=0.0, micro_batch=1.0,
-                  samples=0.0, mini_batch_samples=0.0, trained=False, etp=1.0
+                  samples=0.0, mini_batch_samples=0.0, trained=False, etp=1.0, vpp=1.0
                   ) -> dict[str, Any]:
   """The fields of the ``layout`` scope (arrays broadcast together).
 
@@ -160,9 +160,10 @@ def layout_fields(model: ModelSpec, gpus, tp, pp, cp, ep, *, zero=0.0, micro_bat
     trained: Whether the layout is a training layout (framework batch rules
       apply only then).
     etp: Expert-tensor parallel degree (the model assumes 1).
+    vpp: Interleaved pipeline chunks per GPU (1: plain 1F1B).
   """
   return {**model_fields(model), "gpus": gpus, "tp": tp, "pp": pp, "cp": cp, "ep": ep,
-          "etp": etp, "zero": zero, "micro_batch": micro_batch, "samples": samples,
+          "etp": etp, "vpp": vpp, "zero": zero, "micro_batch": micro_batch, "samples": samples,
           "mini_batch_samples": mini_batch_samples, "trained": float(trained)}
 
 

@@ -153,7 +153,9 @@ class Engine:
       ``ipc`` (colocated only: CUDA IPC handles of the gathered shard in
       buckets, NeMo-RL's colocated refit).
     dp_attention: Data-parallel attention (SGLang and vLLM
-      ``--enable-dp-attention``; static): each of the engine's ``tp`` GPUs
+      ``--enable-dp-attention``): 0 or 1 (a bool is taken as 0 or 1; a
+      pytree leaf, so a search can choose it without another compiled
+      program): each of the engine's ``tp`` GPUs
       runs attention for its own sequences with whole attention weights and
       holds their KV once, while the experts shard over all ``tp`` GPUs with
       all-to-all (wide EP when ``tp`` spans nodes). For MLA, whose latent KV
@@ -170,12 +172,15 @@ class Engine:
   cuda_graphs: bool = pytree.static_field(default=True)
   sync_backend: str = pytree.static_field(default="per_tensor")
   # ----- MoE and precision ------------------------------------------------
-  dp_attention: bool = pytree.static_field(default=False)
+  dp_attention: jax.Array | float = 0.0
   precision: Precision = pytree.static_field(default=Precision())
 
   def __post_init__(self):
+    if isinstance(self.dp_attention, (bool, np.bool_)):
+      object.__setattr__(self, "dp_attention", float(self.dp_attention))
     pytree.check_at_least("Engine", 1, tp=self.tp, pp=self.pp, ep=self.ep,
                           max_seqs=self.max_seqs)
+    pytree.check_one_of("Engine", (0, 1), dp_attention=self.dp_attention)
     pytree.check_instance("Engine", Precision, precision=self.precision)
     pytree.check_fraction("Engine", memory_fraction=self.memory_fraction)
     pytree.check_one_of("Engine", SYNC_BACKENDS, sync_backend=self.sync_backend)

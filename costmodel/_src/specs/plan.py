@@ -265,7 +265,8 @@ def _samples(job: RLJob) -> float:
 def _check_layout(where: str, job: RLJob, role: str, layout: Parallel, gpus: float,
                   trained: bool, frameworks: tuple[str, ...], samples: float) -> None:
   fields = rules.layout_fields(role_model(job, role), gpus, layout.tp, layout.pp, layout.cp,
-                               layout.ep, etp=layout.etp, zero=layout.zero_stage,
+                               layout.ep, etp=layout.etp, vpp=layout.vpp,
+                               zero=layout.zero_stage,
                                micro_batch=layout.micro_batch, samples=samples,
                                mini_batch_samples=samples / job.mini_batches, trained=trained)
   if _concrete(fields):

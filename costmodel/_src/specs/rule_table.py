@@ -124,6 +124,14 @@ def _ep_fold_message(f):
           f"ep x etp={f['etp']:g} come from the TP, DP and CP ranks of a pipeline stage)")
 
 
+def _vpp_needs_pp(f, xp, exact):
+  # Interleaving needs a pipeline; at pp = 1 the model has no bubble for vpp to
+  # shorten, so a relaxed start with vpp > 1 is left to rounding.
+  if exact:
+    return _when(xp, f["vpp"] > 1, _at_most(xp, 2.0, f["pp"], True))
+  return xp.zeros_like(f["vpp"] * f["pp"])
+
+
 def _engine_ep(f, xp, exact):
   ep, tp = f["ep"], f["tp"]
   if exact:
@@ -170,11 +178,15 @@ _SLIME = ("slime: THUDM/slime@624b824 trains with Megatron-LM, whose global batc
           "over micro_batch x data-parallel ranks (--global-batch-size, --micro-batch-size)")
 _AREAL = ("AReaL: inclusionAI/AReaL@4aef98d, a mini-batch (ppo_n_minibatches) splits over the "
           "data-parallel ranks and mb_spec.n_mbs micro-batches")
+_INTERLEAVE = ("Megatron-LM: megatron/training/arguments.py @307dcf37 (validate_args): with "
+               "interleaving, num_layers divides over pipeline_model_parallel_size and each "
+               "stage's layers over the virtual stages; uneven splits need "
+               "--pipeline-model-parallel-layout, which no exporter here writes")
 _BATCH = ("every framework above splits each mini-batch evenly over the data-parallel ranks "
           "of the training pool")
 
 RULES: tuple[Rule, ...] = tuple(
-    _degree_rules("layout", ("tp", "pp", "cp", "ep", "etp")) + [
+    _degree_rules("layout", ("tp", "pp", "cp", "ep", "etp", "vpp")) + [
         Rule("layout_divides_pool", "layout", "core",
              lambda f, xp, ex: _divides(xp, f["tp"] * f["pp"] * f["cp"], f["gpus"], ex),
              lambda f: (f"tp*pp*cp={f['tp'] * f['pp'] * f['cp']:g} must divide the pool's "
@@ -196,6 +208,13 @@ RULES: tuple[Rule, ...] = tuple(
                  xp, f["ep"], xp.maximum(f["n_experts"], 1.0), ex)),
              lambda f: f"ep={f['ep']:g} must divide n_experts={f['n_experts']:g}"),
         Rule("ep_folds_into_stage", "layout", "core", _ep_fold, _ep_fold_message),
+        Rule("vpp_needs_pp", "layout", "core", _vpp_needs_pp,
+             lambda f: f"vpp={f['vpp']:g} > 1 needs pp > 1 (pp={f['pp']:g})"),
+        Rule("vpp_divides_layers", "layout", "interleave",
+             lambda f, xp, ex: _when(xp, f["vpp"] > 1, _divides(
+                 xp, f["pp"] * f["vpp"], f["n_layers"], ex)),
+             lambda f: (f"pp*vpp={f['pp'] * f['vpp']:g} must divide n_layers={f['n_layers']:g} "
+                        "(each GPU holds vpp equal chunks of its stage)"), _INTERLEAVE),
         Rule("zero3_alone", "layout", "zero3",
              lambda f, xp, ex: _when(xp, f["zero"] == 3, _is_one(xp, f["tp"], ex)
                                      + _is_one(xp, f["pp"], ex) + _is_one(xp, f["ep"], ex)),
@@ -265,4 +284,5 @@ RULES: tuple[Rule, ...] = tuple(
                         f"mini_batches={f['mini_batches']:g}")),
     ])
 
-RULE_SETS: tuple[str, ...] = ("zero3", "batch", "verl", "openrlhf", "nemo_rl", "slime", "areal")
+RULE_SETS: tuple[str, ...] = ("zero3", "batch", "verl", "openrlhf", "nemo_rl", "slime", "areal",
+                              "interleave")

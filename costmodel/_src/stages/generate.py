@@ -33,8 +33,14 @@ reading the stage's weights again.
 
 from __future__ import annotations
 
-import jax.numpy as jnp
+from collections.abc import Callable
+from typing import Any
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from costmodel._src import pytree
 from costmodel._src.ops import collectives
 from costmodel._src.ops import layers
 from costmodel._src.ops import roofline
@@ -52,6 +58,24 @@ from costmodel._src.stages import infer as infer_lib
 WORKSPACE_BYTES = 2.0 * 2**30  # activations, CUDA graphs, sampler buffers
 
 
+def dp_attention_select(engine: Engine, on: Callable[[], Any], off: Callable[[], Any]):
+  """``on()`` where ``engine`` runs DP-attention, ``off()`` where it does not.
+
+  A concrete flag (a plan's number) builds only its own branch; a traced one
+  (a searched plan) selects between both, leaf by leaf.
+  """
+  flag = engine.dp_attention
+  if pytree.is_concrete(flag) and np.ndim(flag) == 0:
+    return on() if float(flag) > 0.5 else off()
+
+  def pick(a, b):
+    if isinstance(a, (bool, int, float, str)) and type(a) is type(b) and a == b:
+      return a  # a fact both branches share (a count, a flag) stays a Python value
+    return jnp.where(jnp.asarray(flag) > 0.5, a, b)
+
+  return jax.tree.map(pick, on(), off())
+
+
 def kv_bytes_per_token_per_gpu(model: ModelSpec, engine: Engine, kv_bytes: float):
   """KV bytes one GPU of an engine stores per token the engine holds.
 
@@ -60,19 +84,23 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, engine: Engine, kv_bytes: float
   DP-attention each GPU holds only its own sequences' KV: the engine's
   tokens spread over its ``tp`` GPUs.
   """
-  if engine.dp_attention:
-    return model.kv_bytes_per_token(kv_bytes) / (engine.tp * engine.pp)
-  kv_tp = 1.0 if model.is_mla else smooth.smin(engine.tp, float(model.n_kv_heads))
-  return model.kv_bytes_per_token(kv_bytes) / (kv_tp * engine.pp)
+  def off():
+    kv_tp = 1.0 if model.is_mla else smooth.smin(engine.tp, float(model.n_kv_heads))
+    return model.kv_bytes_per_token(kv_bytes) / (kv_tp * engine.pp)
+
+  return dp_attention_select(
+      engine, lambda: model.kv_bytes_per_token(kv_bytes) / (engine.tp * engine.pp), off)
 
 
 def engine_weight_bytes(model: ModelSpec, engine: Engine, param_bytes: float):
   """Weight bytes per GPU of one engine (DP-attention: all but the experts whole)."""
-  if engine.dp_attention:
+  def on():
     expert = float(model.expert_params_total)
     dense = float(model.total_params) - expert
     return (dense + expert / engine.tp) * param_bytes / engine.pp
-  return float(model.total_params) * param_bytes / (engine.tp * engine.pp)
+
+  return dp_attention_select(
+      engine, on, lambda: float(model.total_params) * param_bytes / (engine.tp * engine.pp))
 
 
 def engine_bytes(job: RLJob, engine: Engine):
@@ -83,11 +111,12 @@ def engine_bytes(job: RLJob, engine: Engine):
 
 def _engine_work(model, engine, tokens, ctx, param_bytes, lm_head, pp):
   """Forward work of one engine GPU: TP-split, or DP-attention with wide EP."""
-  if engine.dp_attention:
-    return layers.forward_work(model, tokens / engine.tp, ctx, tp=1.0, pp=pp, ep=engine.tp,
-                               param_bytes=param_bytes, lm_head=lm_head), engine.tp
-  return layers.forward_work(model, tokens, ctx, tp=engine.tp, pp=pp, ep=engine.ep,
-                             param_bytes=param_bytes, lm_head=lm_head), engine.ep
+  return dp_attention_select(
+      engine,
+      lambda: (layers.forward_work(model, tokens / engine.tp, ctx, tp=1.0, pp=pp, ep=engine.tp,
+                                   param_bytes=param_bytes, lm_head=lm_head), engine.tp),
+      lambda: (layers.forward_work(model, tokens, ctx, tp=engine.tp, pp=pp, ep=engine.ep,
+                                   param_bytes=param_bytes, lm_head=lm_head), engine.ep))
 
 
 def decode_round(model, job, engine, cluster, eff, batch, ctx, tau=0.0):
