@@ -16,7 +16,7 @@ import numpy as np
 
 import costmodel as cm
 
-_BF16 = cm.Precision()
+BF16 = cm.Precision()
 
 Scalar = str | int | float | bool
 
@@ -81,7 +81,7 @@ class Layout:
   swap: bool
   etp: int
   sequence_parallel: bool
-  precision: cm.Precision = _BF16
+  precision: cm.Precision = BF16
 
   @property
   def model_parallel(self) -> int:
@@ -169,7 +169,7 @@ FEATURES = ("etp", "train_precision", "engine_precision", "dp_attention", "stale
             "require_batches", "rollout_log_probs")
 
 
-def _refuse(framework: str, where: str, value: Any, why: str = "") -> None:
+def refuse(framework: str, where: str, value: Any, why: str = "") -> None:
   raise ValueError(f"{framework}: {where}={value!r} has no setting in its configuration"
                    + (f"; {why}" if why else "; export the plan without it"))
 
@@ -195,48 +195,48 @@ def check_supported(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster, framework
         continue
       where = f"{r.role}.{phase}"
       if not lay.flash_attention:
-        _refuse(framework, f"{where}.flash_attention", False, "every backend here runs "
+        refuse(framework, f"{where}.flash_attention", False, "every backend here runs "
                 "FlashAttention-style kernels")
       if _scalar(lay.ep_overlap, f"{where}.ep_overlap") != 0.0:
-        _refuse(framework, f"{where}.ep_overlap", float(lay.ep_overlap),
+        refuse(framework, f"{where}.ep_overlap", float(lay.ep_overlap),
                 "the share of the expert all-to-all hidden behind compute is an estimate of an "
                 "overlapping schedule, not a setting; export with ep_overlap=0")
       etp = require_int(lay.etp, f"{where}.etp")
       if etp != 1 and "etp" not in supports:
-        _refuse(framework, f"{where}.etp", etp, "its backends keep each expert whole (expert "
+        refuse(framework, f"{where}.etp", etp, "its backends keep each expert whole (expert "
                 "tensor parallelism 1)")
-      if lay.precision != _BF16 and "train_precision" not in supports:
-        _refuse(framework, f"{where}.precision", lay.precision)
+      if lay.precision != BF16 and "train_precision" not in supports:
+        refuse(framework, f"{where}.precision", lay.precision)
   e = plan.engine
-  if e.precision != _BF16 and "engine_precision" not in supports:
-    _refuse(framework, "engine.precision", e.precision)
+  if e.precision != BF16 and "engine_precision" not in supports:
+    refuse(framework, "engine.precision", e.precision)
   if e.dp_attention and "dp_attention" not in supports:
-    _refuse(framework, "engine.dp_attention", True)
+    refuse(framework, "engine.dp_attention", True)
   mode = plan.mode
   for name in ("fuse_inference", "fuse_training"):
     if getattr(mode, name):
-      _refuse(framework, f"mode.{name}", True, "RLHFuse-style stage fusion; export the plan "
+      refuse(framework, f"mode.{name}", True, "RLHFuse-style stage fusion; export the plan "
               "without fusion")
   if not mode.single_controller:
-    _refuse(framework, "mode.single_controller", False, f"{framework} moves batches between "
+    refuse(framework, "mode.single_controller", False, f"{framework} moves batches between "
             "its roles through one Ray controller")
   if mode.staleness_threshold is not None and "staleness_threshold" not in supports:
-    _refuse(framework, "mode.staleness_threshold", mode.staleness_threshold,
+    refuse(framework, "mode.staleness_threshold", mode.staleness_threshold,
             "its asynchronous bound counts whole steps (mode.staleness)")
   if mode.require_batches is not None and "require_batches" not in supports:
-    _refuse(framework, "mode.require_batches", mode.require_batches,
+    refuse(framework, "mode.require_batches", mode.require_batches,
             "its trainer takes the step's whole batch after generation")
   if mode.rollout_log_probs and "rollout_log_probs" not in supports:
-    _refuse(framework, "mode.rollout_log_probs", True, "its trainer recomputes the old "
+    refuse(framework, "mode.rollout_log_probs", True, "its trainer recomputes the old "
             "log-probs")
   for p in plan.pools:
     if p.accelerator is not None and p.accelerator != cluster.accelerator:
-      _refuse(framework, f"pool {p.name!r} accelerator", p.accelerator.name,
+      refuse(framework, f"pool {p.name!r} accelerator", p.accelerator.name,
               "its pools are GPUs of one cluster, chosen by Ray, not by accelerator")
   if job.lora is not None:
-    _refuse(framework, "job.lora", job.lora, "the export writes full fine-tuning")
+    refuse(framework, "job.lora", job.lora, "the export writes full fine-tuning")
   if job.multi_turn is not None:
-    _refuse(framework, "job.multi_turn", job.multi_turn, "the export writes single-turn "
+    refuse(framework, "job.multi_turn", job.multi_turn, "the export writes single-turn "
             "rollouts; multi-turn episodes need the framework's agent loop and tools")
 
 
@@ -293,10 +293,10 @@ def kv_cache_dtype(framework: str, precision: cm.Precision, key: str) -> str | N
   """SGLang's ``kv_cache_dtype`` for an engine's precision: ``fp8_e4m3`` for an FP8 KV
   cache, None for the job's; refuses weight or GEMM formats (no key here)."""
   if precision.weights is not None or precision.compute != "bf16":
-    _refuse(framework, "engine.precision", precision, f"only the KV-cache format has a key "
+    refuse(framework, "engine.precision", precision, f"only the KV-cache format has a key "
             f"({key})")
   if precision.kv not in (None, "fp8"):
-    _refuse(framework, "engine.precision.kv", precision.kv, f"{key} takes fp8_e4m3 or the "
+    refuse(framework, "engine.precision.kv", precision.kv, f"{key} takes fp8_e4m3 or the "
             "model's dtype")
   return "fp8_e4m3" if precision.kv == "fp8" else None
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from export._src.common import _BF16
+from export._src.common import BF16
 from export._src.common import FP8_TRAINING
 from export._src.common import Concrete
 from export._src.common import Layout
-from export._src.common import _refuse
+from export._src.common import refuse
 
 
 def training_fp8(framework: str, c: Concrete, key: str,
@@ -24,10 +24,10 @@ def training_fp8(framework: str, c: Concrete, key: str,
   format, a mix, or FP8 on another role."""
   formats = {lay.precision for d in (c.train, c.infer) for r, lay in d.items() if r in roles}
   others = {lay.precision for d in (c.train, c.infer) for r, lay in d.items()
-            if r not in roles} - {_BF16}
-  if others or len(formats) > 1 or not formats <= {_BF16, FP8_TRAINING}:
-    bad = next(f for f in sorted(formats | others, key=repr) if f != _BF16)
-    _refuse(framework, "layout precision", bad, f"{key} gives every model FP8 GEMMs with BF16 "
+            if r not in roles} - {BF16}
+  if others or len(formats) > 1 or not formats <= {BF16, FP8_TRAINING}:
+    bad = next(f for f in sorted(formats | others, key=repr) if f != BF16)
+    refuse(framework, "layout precision", bad, f"{key} gives every model FP8 GEMMs with BF16 "
             "weights (Precision(compute='fp8')) or none")
   return formats == {FP8_TRAINING}
 
