@@ -1,12 +1,15 @@
 """A baseline planner: a dynamic program over cuts of the stage graph.
 
 In the style of RLinf's open auto-placement planner (its idea, not its code:
-the planning recursion of RLinf, ``rlinf/scheduler``, github.com/RLinf/RLinf),
-run on this project's cost model. The stage graph of an RL step is cut
-recursively; at each cut the two sides are either *colocated* (one GPU set,
-time-shared: their times add) or *split* onto disjoint GPU sets (their times
-overlap where the stage graph lets them: the larger one counts), with every
-split of the GPUs tried; the leaves choose each stage group's layout.
+github.com/RLinf/RLinf, ``toolkits/auto_placement/placement.py`` at commit
+6c6b2c04030b9eefb09707d40e916d4f22ace8b2, where a collocated merge of two
+sub-schedules adds their costs and a disaggregated one pipelines them, the
+slower side's per-batch cost setting the pace), run on this project's cost
+model. The stage graph of an RL step is cut recursively; at each cut the two
+sides are either *colocated* (one GPU set, time-shared: their times add) or
+*split* onto disjoint GPU sets (their times overlap where the stage graph lets
+them: the larger one counts), with every split of the GPUs tried; the leaves
+choose each stage group's layout.
 
 Only cuts that map onto a placement the project expresses
 (:func:`costmodel.placements` of the job, filtered by the framework and the
