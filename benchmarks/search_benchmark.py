@@ -18,6 +18,7 @@ Usage, from the repository root (about 20-30 minutes on 2 CPU cores)::
 
   python -m benchmarks.search_benchmark --out benchmarks/results/search_benchmark.md
   python -m benchmarks.search_benchmark --quick   # 4 problems, no headline jobs
+  python -m benchmarks.search_benchmark --large --out /tmp/large.md  # large spaces
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from absl import app
 from absl import flags
 import jax
 import numpy as np
+
+from benchmarks import search_large
 
 _OUT = flags.DEFINE_string("out", None, "Write the markdown report here.")
 _QUICK = flags.DEFINE_bool("quick", False, "A few quality problems, no headline jobs.")
@@ -124,6 +127,15 @@ def _run_headline(name: str) -> dict:
 
 
 _HEADLINE = flags.DEFINE_string("headline_job", None, "(internal) run one headline job.")
+_LARGE = flags.DEFINE_bool("large", False, "Only the large-space comparison at equal wall time "
+                           "(benchmarks/search_large.py).")
+_LARGE_SEEDS = flags.DEFINE_integer("large_seeds", 10, "Seeds per job, warm.")
+_LARGE_COLD = flags.DEFINE_integer("large_cold_seeds", 3, "Seeds per job, cold.")
+_LARGE_JOBS = flags.DEFINE_list("large_jobs", None, "Large jobs to run (default: all).")
+_LARGE_JOB = flags.DEFINE_string("large_job", None, "(internal) one large job.")
+_LARGE_METHOD = flags.DEFINE_string("large_method", None, "(internal) one cold run's method.")
+_LARGE_SEED = flags.DEFINE_integer("large_seed", 0, "(internal) one cold run's seed.")
+_LARGE_BUDGET = flags.DEFINE_float("large_budget", 0.0, "(internal) one cold run's budget.")
 
 
 def _throughput() -> list[tuple[str, float]]:
@@ -292,6 +304,23 @@ def main(argv):
   del argv
   if _HEADLINE.value:
     _headline_child(_HEADLINE.value, _STARTS.value, _STEPS.value)
+    return 0
+  if _LARGE_JOB.value:
+    if _LARGE_METHOD.value:
+      out = search_large.cold_child(_LARGE_JOB.value, _LARGE_METHOD.value, _LARGE_SEED.value,
+                                    _LARGE_BUDGET.value, _headline_job)
+    else:
+      out = search_large.warm_child(_LARGE_JOB.value, _LARGE_SEEDS.value, _headline_job)
+    print(json.dumps(out))
+    return 0
+  if _LARGE.value:
+    data = search_large.run(_LARGE_SEEDS.value, _LARGE_COLD.value,
+                            tuple(_LARGE_JOBS.value or search_large.JOBS))
+    text = search_large.report(data, time.strftime("%Y-%m-%d"))
+    print(text)
+    if _OUT.value:
+      with open(_OUT.value, "w", encoding="utf-8") as f:
+        f.write(text)
     return 0
   throughput = _throughput()
   for label, rate in throughput:

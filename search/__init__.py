@@ -7,6 +7,7 @@ from search._src.baselines import enumerate_plans
 from search._src.baselines import random_search
 from search._src.baselines import simulated_annealing
 from search._src.baselines import space_size
+from search._src.cut_dp import cut_dp
 from search._src.frameworks import Framework
 from search._src.frameworks import accepting as accepting_frameworks
 from search._src.frameworks import get as framework
@@ -37,6 +38,7 @@ __all__ = (
     "SizingResult",
     "SpaceOptions",
     "accepting_frameworks",
+    "cut_dp",
     "default_families",
     "enumerate_plans",
     "export",

@@ -23,10 +23,17 @@ from search._src import result as result_lib
 from search._src import rounding
 from search._src import space as space_lib
 from search._src.result import SearchResult
+from search._src.space_options import _LAYOUT_ROLES
 
 
 class _Blocks:
-  """The valid space of a family as pool combinations x valid block rows."""
+  """The valid space of a family as pool combinations x valid block rows.
+
+  A block's validity depends only on the block and the sizes of the pools
+  its roles (or the engines) sit on (:attr:`FamilySpace.blocks`), so each
+  block's valid rows are found once per distinct size of those pools, all
+  sizes in a few vectorised calls, and shared by every pool combination.
+  """
 
   def __init__(self, fs: space_lib.FamilySpace):
     self.fs = fs
@@ -36,22 +43,59 @@ class _Blocks:
     pool_opts = [fs.vars[j].options for j in self.pool_idx]
     combos = np.asarray(list(itertools.product(*pool_opts)), np.float64)
     combos = combos[combos.sum(-1) <= fs.cluster.n_gpus + 1e-9]
+    combos = combos[fs.valid(self._full(combos), blocks=("pools",))] if len(combos) else combos
+    tables = []
+    for name, idx in self.other:
+      deps = self.depends_on(name)
+      keys = {tuple(c) for c in combos[:, deps]}
+      tables.append((deps, self.block_rows(name, idx, deps, sorted(keys))))
     self.pools = []
     self.rows = []
     for combo in combos:
-      rows = []
-      for name, idx in self.other:
-        grid = np.asarray(list(itertools.product(*[fs.vars[j].options for j in idx])),
-                          np.float64)
-        full = np.zeros((len(grid), len(fs.vars)))
-        full[:, list(self.pool_idx)] = combo
-        full[:, list(idx)] = grid
-        rows.append(grid[fs.valid(full, blocks=(name,))])
+      rows = [table[tuple(combo[deps])] for deps, table in tables]
       if all(len(r) for r in rows):
         self.pools.append(combo)
         self.rows.append(rows)
     self.counts = np.asarray([math.prod(len(r) for r in rows) for rows in self.rows],
                              dtype=np.float64)
+
+  def _full(self, combos: np.ndarray) -> np.ndarray:
+    """Value vectors of pool combinations (every other variable at its first option)."""
+    full = np.tile(np.asarray([v.options[0] for v in self.fs.vars], np.float64),
+                   (len(combos), 1))
+    full[:, list(self.pool_idx)] = combos
+    return full
+
+  def depends_on(self, block: str) -> list[int]:
+    """Positions (in the pool combination) of the pools ``block``'s validity reads."""
+    fs = self.fs
+    pools = {fs.structure.placement.pool_of(r) for r in fs.structure.roles
+             if r in _LAYOUT_ROLES and fs.block_of(r) == block}
+    if fs.block_of("engine") == block:
+      pools.add(fs.rollout_pool)
+    names = [fs.vars[j].name for j in self.pool_idx]
+    return [k for k, n in enumerate(names) if n.removeprefix("pool.") in pools]
+
+  def block_rows(self, block: str, idx, deps: list[int], keys: list[tuple],
+                 max_rows: int = 1 << 20) -> dict[tuple, np.ndarray]:
+    """Valid rows of ``block`` (its variables ``idx``) for each ``keys`` entry
+    (sizes of the pools ``deps``), checked in chunks of ``max_rows`` rows."""
+    fs = self.fs
+    grid = np.asarray(list(itertools.product(*[fs.vars[j].options for j in idx])), np.float64)
+    base = self._full(np.zeros((1, len(self.pool_idx))))[0]
+    base[list(idx)] = 0.0
+    out = {}
+    per = max(1, max_rows // max(len(grid), 1))
+    cols = [self.pool_idx[k] for k in deps]
+    for start in range(0, len(keys), per):
+      part = np.asarray(keys[start:start + per], np.float64).reshape(-1, len(deps))
+      full = np.tile(base, (len(part) * len(grid), 1))
+      full[:, list(idx)] = np.tile(grid, (len(part), 1))
+      full[:, cols] = np.repeat(part, len(grid), 0)
+      ok = fs.valid(full, blocks=(block,)).reshape(len(part), len(grid))
+      for key, m in zip(keys[start:start + per], ok, strict=True):
+        out[key] = grid[m]
+    return out
 
   @property
   def size(self) -> int:

@@ -1,0 +1,182 @@
+"""Large-space benchmark: the gradient search against random search, simulated
+annealing and the cut DP at equal wall time (``search_benchmark --large``).
+
+Each job runs in fresh processes. Warm: one process per job compiles every
+method once (a first gradient search and a short call of each baseline), then
+for every seed the gradient search (``search.optimize`` with its defaults) is
+timed and its warm wall time is every other method's budget (random search and
+annealing per family, the budget split evenly over the job's families; the cut
+DP over all of them). Cold: one fresh process per method and seed, the budget
+the gradient search's cold time (compilation included) of the same seed; the
+baselines' own set-up and compilation count against them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+METHODS = ("gradient", "random", "annealing", "cut_dp")
+JOBS = ("ppo-70b-1024", "qwen3-235b-512", "dsv3-16384-h800")
+
+
+def job(name: str, headline):
+  """The large jobs: (RLJob, Cluster); ``headline(name)``: the headline jobs of
+  ``search_benchmark`` (the PPO 70B job, DeepSeek-V3's batch)."""
+  import costmodel as cm  # pylint: disable=g-import-not-at-top
+  if name == "ppo-70b-1024":
+    return headline(name)
+  if name == "qwen3-235b-512":
+    j = cm.RLJob("grpo", cm.models.get("qwen3-235b-a22b"), prompts_per_step=512.0,
+                 samples_per_prompt=16.0, prompt_len=1024.0,
+                 response=cm.ResponseLength.from_mean_max(4000.0, 16384.0))
+    return j, cm.Cluster(cm.hardware.get("H100"), gpus_per_node=8, nodes=64)
+  if name == "dsv3-16384-h800":
+    j, _ = headline("dsv3-16384")
+    return j, cm.Cluster(cm.hardware.get("H800"), gpus_per_node=8, nodes=2048)
+  raise ValueError(f"job={name!r} is not one of {JOBS}")
+
+
+def _best(res) -> float:
+  return float(res.best_step_time_s) if res.feasible else float("inf")
+
+
+def _baseline(method: str, j, cluster, fams, budget_s: float, seed: int) -> float:
+  import search  # pylint: disable=g-import-not-at-top
+  if method == "cut_dp":
+    return _best(search.cut_dp(j, cluster, budget_s=budget_s, families=fams))
+  fn = search.random_search if method == "random" else search.simulated_annealing
+  return min(_best(fn(j, cluster, f, budget_s / len(fams), seed=seed)) for f in fams)
+
+
+def warm_child(name: str, seeds: int, headline) -> dict:
+  """One job, warm: every method compiled first, then ``seeds`` seeds."""
+  import search  # pylint: disable=g-import-not-at-top
+  from search._src import baselines  # pylint: disable=g-import-not-at-top
+  from search._src import frameworks  # pylint: disable=g-import-not-at-top
+  j, cluster = job(name, headline)
+  fams = frameworks.families_for(j, "any")
+  sizes = {f: baselines.space_size(j, cluster, f) for f in fams}
+  print(f"{name}: space sizes " + ", ".join(f"{f} {s:.3e}" for f, s in sizes.items()),
+        file=sys.stderr, flush=True)
+  search.optimize(j, cluster, seed=0)
+  for m in METHODS[1:]:
+    _baseline(m, j, cluster, fams, 1e-3, 0)
+  rows = []
+  for seed in range(seeds):
+    t0 = time.perf_counter()
+    res = search.optimize(j, cluster, seed=seed)
+    budget = time.perf_counter() - t0
+    row = {"seed": seed, "budget_s": budget, "gradient": _best(res)}
+    for m in METHODS[1:]:
+      row[m] = _baseline(m, j, cluster, fams, budget, seed)
+    rows.append(row)
+    print(f"{name} warm {json.dumps(row)}", file=sys.stderr, flush=True)
+  return {"name": name, "sizes": sizes, "families": fams, "rows": rows,
+          "load": os.getloadavg()[0]}
+
+
+def cold_child(name: str, method: str, seed: int, budget_s: float, headline) -> dict:
+  """One cold run in a fresh process (compilation and set-up included)."""
+  t0 = time.perf_counter()
+  import search  # pylint: disable=g-import-not-at-top
+  from search._src import frameworks  # pylint: disable=g-import-not-at-top
+  j, cluster = job(name, headline)
+  if method == "gradient":
+    res = search.optimize(j, cluster, seed=seed, compilation_cache=False)
+    return {"best": _best(res), "wall_s": time.perf_counter() - t0,
+            "compile_s": res.compile_time_s}
+  fams = frameworks.families_for(j, "any")
+  left = budget_s - (time.perf_counter() - t0)
+  best = _baseline(method, j, cluster, fams, max(left, 1e-3), seed)
+  return {"best": best, "wall_s": time.perf_counter() - t0}
+
+
+def _child(args: list[str]) -> dict:
+  env = dict(os.environ)
+  env.pop("XLA_FLAGS", None)
+  out = subprocess.run([sys.executable, "-m", "benchmarks.search_benchmark", *args],
+                       capture_output=True, text=True, env=env, check=False)
+  if out.returncode:
+    raise RuntimeError(out.stderr[-3000:])
+  sys.stderr.write("".join(line + "\n" for line in out.stderr.splitlines()
+                           if "warm {" in line or "space sizes" in line))
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run(seeds: int, cold_seeds: int, jobs=JOBS) -> dict:
+  """Runs the benchmark (each job and cold run in its own process)."""
+  warm, cold = [], []
+  for name in jobs if seeds > 0 else ():
+    warm.append(_child([f"--large_job={name}", f"--large_seeds={seeds}"]))
+    print(json.dumps(warm[-1]), flush=True)
+  for name in jobs:
+    for seed in range(cold_seeds):
+      g = _child([f"--large_job={name}", "--large_method=gradient", f"--large_seed={seed}"])
+      row = {"name": name, "seed": seed, "budget_s": g["wall_s"], "compile_s": g["compile_s"],
+             "gradient": g["best"]}
+      for m in METHODS[1:]:
+        out = _child([f"--large_job={name}", f"--large_method={m}", f"--large_seed={seed}",
+                      f"--large_budget={g['wall_s']}"])
+        row[m], row[f"{m}_wall_s"] = out["best"], out["wall_s"]
+      cold.append(row)
+      print(json.dumps(row), flush=True)
+  return {"warm": warm, "cold": cold}
+
+
+def _summary(rows: list[dict]) -> list[str]:
+  wins = {m: 0 for m in METHODS}
+  beats = {m: 0 for m in METHODS[1:]}
+  strict = {m: 0 for m in METHODS[1:]}
+  gaps = {m: [] for m in METHODS[1:]}
+  for r in rows:
+    best = min(r[m] for m in METHODS)
+    for m in METHODS:
+      if r[m] <= best * (1 + 1e-6):
+        wins[m] += 1
+    for m in METHODS[1:]:
+      beats[m] += r["gradient"] <= r[m] * (1 + 1e-6)
+      strict[m] += r["gradient"] < r[m] * (1 - 1e-6)
+      gaps[m].append(r[m] / r["gradient"] - 1 if np.isfinite(r["gradient"]) else np.nan)
+  n = len(rows)
+  out = ["| method | pairs where it finds the best plan (ties count for each) | gradient "
+         "search strictly better / at least as good (share of pairs) | median gap to the "
+         "gradient search | most in its favour |", "|---|---:|---:|---:|---:|"]
+  for m in METHODS:
+    if m == "gradient":
+      out.append(f"| gradient search | {wins[m]}/{n} | - | - | - |")
+    else:
+      g = np.asarray(gaps[m])
+      out.append(f"| {m} | {wins[m]}/{n} | {strict[m] / n:.0%} / {beats[m] / n:.0%} | "
+                 f"{100 * np.nanmedian(g):+.2f}% | {100 * np.nanmin(g):+.2f}% |")
+  return out
+
+
+def report(data: dict, date: str) -> str:
+  """The markdown section of the large-space benchmark."""
+  warm, cold = data["warm"], data["cold"]
+  lines = [f"## {date}: large spaces, gradient search vs baselines at equal wall time", ""]
+  lines += ["| job | families | valid plans (sum over families) | seeds warm | median warm "
+            "budget (s) | load avg |", "|---|---|---:|---:|---:|---:|"]
+  for w in warm:
+    b = np.median([r["budget_s"] for r in w["rows"]])
+    lines.append(f"| {w['name']} | {', '.join(w['families'])} | {sum(w['sizes'].values()):.2e} "
+                 f"| {len(w['rows'])} | {b:.1f} | {w['load']:.1f} |")
+  rows = [dict(r, name=w["name"]) for w in warm for r in w["rows"]]
+  lines += ["", f"Warm ({len(rows)} seed-job pairs): gap = step time found / the gradient "
+            "search's - 1 (positive: the alternative is slower).", ""] + _summary(rows)
+  if cold:
+    lines += ["", f"Cold ({len(cold)} seed-job pairs, budget = the gradient search's cold wall "
+              "time incl. compilation):", ""] + _summary(cold)
+  lines += ["", "| job | seed | mode | budget (s) | gradient (s) | random (s) | annealing (s) "
+            "| cut DP (s) |", "|---|---:|---|---:|---:|---:|---:|---:|"]
+  for mode, rs in (("warm", rows), ("cold", cold)):
+    for r in rs:
+      lines.append(f"| {r['name']} | {r['seed']} | {mode} | {r['budget_s']:.1f} | "
+                   + " | ".join(f"{r[m]:.2f}" for m in METHODS) + " |")
+  return "\n".join(lines) + "\n"

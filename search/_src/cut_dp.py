@@ -1,0 +1,357 @@
+"""A baseline planner: a dynamic program over cuts of the stage graph.
+
+In the style of RLinf's open auto-placement planner (its idea, not its code:
+github.com/RLinf/RLinf, ``toolkits/auto_placement/placement.py`` at commit
+6c6b2c04030b9eefb09707d40e916d4f22ace8b2, where a collocated merge of two
+sub-schedules adds their costs and a disaggregated one pipelines them, the
+slower side's per-batch cost setting the pace), run on this project's cost
+model. The stage graph of an RL step is cut recursively; at each cut the two
+sides are either *colocated* (one GPU set, time-shared: their times add) or
+*split* onto disjoint GPU sets (their times overlap where the stage graph lets
+them: the larger one counts), with every split of the GPUs tried; the leaves
+choose each stage group's layout.
+
+Only cuts that map onto a placement the project expresses
+(:func:`costmodel.placements` of the job, filtered by the framework and the
+modes the user allows, :func:`search._src.frameworks.families_for`) are
+admitted. The cut tree of each family:
+
+* the root cuts generation (the engines, the rollout pool) from everything
+  else: colocated in ``colocated`` (one pool of the whole cluster: engine,
+  inference and training times add); split in ``split`` / ``split3``
+  (synchronous: generation's output feeds training, so the times add although
+  the GPU sets are disjoint) and in ``split_async`` / ``split_async_partial``
+  (one step off-policy: generation overlaps training, the larger counts);
+* the second cut, over the non-rollout stages, separates the actor group
+  (actor, reference: the ``actor`` pool) from the critic group (critic, reward
+  model: the ``critic`` pool): colocated on one training pool in the ``split``
+  families (times add), split in ``split3`` (disjoint pools: the larger counts);
+* the leaves are the stage groups of the family space's blocks
+  (:attr:`FamilySpace.blocks`): the engine (generation), the actor (its
+  training, old log-probabilities and the reference it lends its layout to),
+  the critic (values, critic update) and the reward model. A leaf on a pool of
+  ``g`` GPUs tries every layout the family space offers there (degree ladders,
+  micro-batches, ZeRO, recompute, offload; the engine's TP/PP/EP, memory
+  fraction and concurrency), scored by the cost model's stage times (the sum of
+  its stages' durations in an exact estimate, the other leaves at a fixed valid
+  layout), and keeps its best few feasible layouts.
+
+Every pool combination the family's space allows is a split the DP tries; the
+leaves are evaluated once per pool size and shared by all the splits that use
+that size (the DP's memo). Sizes are visited coarse to fine (multiples of
+large powers of two first), so a time budget cuts the finest splits, not whole
+families. The DP's best few combinations per family, each with the product of
+its leaves' best layouts, are scored by the exact evaluator, so the result
+compares like for like with :func:`~search._src.baselines.random_search` and
+:func:`~search._src.baselines.simulated_annealing`. The weight sync and the
+colocated switch belong to no leaf: only the exact scoring sees them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+
+import numpy as np
+
+import costmodel as cm
+from search._src import baselines
+from search._src import evaluate
+from search._src import frameworks as fw_lib
+from search._src import result as result_lib
+from search._src import space as space_lib
+from search._src.result import SearchResult
+
+# The leaf (role, or the engine) each stage of an estimate belongs to; stages
+# absent here (the weight sync, the colocated switch) belong to no leaf.
+_STAGE_LEAF = {"generate": "engine", "reward": "reward", "reference": "actor",
+               "old_log_prob": "actor", "actor_update": "actor", "values": "critic",
+               "critic_update": "critic"}
+
+
+def _level(key: tuple) -> int:
+  """Coarseness of a pool-size key: the fewest trailing zero bits of its sizes."""
+  return min((int(s) & -int(s)).bit_length() for s in key) if key else 64
+
+
+class _Family:
+  """One family's DP: its space, leaves (blocks), memo of leaf results and evaluator."""
+
+  def __init__(self, fs: space_lib.FamilySpace, eff: cm.Efficiency, chunk: int, keep: int):
+    self.fs = fs
+    self.blocks = baselines._Blocks(fs)
+    self.ev = evaluate.Evaluator(fs, eff, chunk=chunk, full=True)
+    self.keep = keep
+    b = self.blocks
+    self.leaves = []   # (name, idx, deps, {key: combo index})
+    for name, idx in b.other:
+      deps = b.depends_on(name)
+      first = {}
+      for p, combo in enumerate(b.pools):
+        first.setdefault(tuple(combo[deps]), p)
+      self.leaves.append((name, idx, deps, first))
+    self.memo: dict[tuple[int, tuple], tuple[np.ndarray, np.ndarray]] = {}
+    placement = fs.structure.placement
+    self.rollout = placement.rollout_pool
+    self.overlap = placement.mode.staleness > 0
+    self.pool_names = [fs.vars[j].name.removeprefix("pool.") for j in b.pool_idx]
+
+  def items(self) -> list[tuple[int, int, tuple]]:
+    """(level, leaf, key) of every leaf evaluation, coarsest first."""
+    out = [(_level(key), k, key) for k, (_, _, _, first) in enumerate(self.leaves)
+           for key in first]
+    return sorted(out, key=lambda t: (-t[0], t[1], t[2]))
+
+  def first_level(self) -> int:
+    """The finest level at which the coarsest complete pool combination is known."""
+    levels = [min(_level(tuple(c[deps])) for _, _, deps, _ in self.leaves)
+              for c in self.blocks.pools]
+    return max(levels) if levels else 64
+
+  def leaf_rows(self, k: int, key: tuple) -> np.ndarray:
+    """Value vectors of leaf ``k``'s valid layouts on pools ``key``, the rest anchored."""
+    _, idx, _, first = self.leaves[k]
+    p = first[key]
+    rows = self.blocks.rows[p][k]
+    full = np.repeat(self.anchor(p), len(rows), 0)
+    full[:, list(idx)] = rows
+    return full
+
+  def anchor(self, p: int) -> np.ndarray:
+    """[1, V] a valid plan of pool combination ``p`` whose every leaf takes its
+    lightest layout (most sharding, offload and recompute, smallest micro-batches,
+    engine memory and concurrency), so that a leaf's memory is judged next to
+    light neighbours on a shared pool."""
+    v = self.blocks.decode(p, 0, 1)
+    for k, (_, idx, _, _) in enumerate(self.leaves):
+      rows = self.blocks.rows[p][k]
+      score = np.zeros(len(rows))
+      for c, j in enumerate(idx):
+        name, opts = self.fs.vars[j].name, self.fs.vars[j].options
+        rank = np.searchsorted(opts, rows[:, c]) / max(len(opts) - 1, 1)
+        heavy = name.endswith(("mb_train", "mb_infer", "max_seqs", "memory_fraction"))
+        score += rank if heavy else -rank
+      v[0, list(idx)] = rows[np.argmin(score)]
+    return v
+
+  def leaf_cost(self, k: int, est) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Leaf ``k``'s stage time, feasibility and memory excess (of its own
+    stages) from a batch of exact estimates."""
+    name = self.leaves[k][0]
+    mine = [j for j, s in enumerate(est.stage_names)
+            if self.fs.block_of(_STAGE_LEAF.get(s, "-")) == name]
+    dur = np.asarray(est.end_s) - np.asarray(est.start_s)
+    excess = np.asarray(est.memory_excess)
+    cost = dur[:, mine].sum(-1) if mine else np.zeros(dur.shape[0])
+    own = excess[:, mine].sum(-1) if mine else np.zeros(dur.shape[0])
+    return cost, np.isfinite(cost) & (own <= 0), own
+
+  def combine(self, top: int) -> np.ndarray:
+    """Indices of the ``top`` pool combinations of least DP cost (every leaf known)."""
+    b = self.blocks
+    n = len(b.pools)
+    pool_cost = {p: np.zeros(n) for p in self.pool_names}
+    for k, (name, _, deps, _) in enumerate(self.leaves):
+      keys = [tuple(c[deps]) for c in b.pools]
+      cost = np.asarray([self.memo[(k, key)][1][0] if (k, key) in self.memo
+                         and len(self.memo[(k, key)][1]) else np.inf for key in keys])
+      pool = self._pool_of_leaf(name)
+      pool_cost[pool] = pool_cost[pool] + cost
+    rest = [pool_cost[p] for p in self.pool_names if p != self.rollout]
+    inner = np.max(rest, 0) if rest else np.zeros(n)   # disjoint non-rollout pools overlap
+    gen = pool_cost[self.rollout]
+    total = np.maximum(gen, inner) if self.overlap else gen + inner
+    order = np.argsort(total, kind="stable")
+    return order[np.isfinite(total[order])][:top]
+
+  def _pool_of_leaf(self, name: str) -> str:
+    if name == self.fs.block_of("engine"):
+      return self.rollout
+    roles = [r for r in self.fs.structure.roles if self.fs.block_of(r) == name]
+    return self.fs.structure.placement.pool_of(roles[0])
+
+  def candidates(self, p: int, per_leaf: int) -> np.ndarray:
+    """Pool combination ``p`` with every product of its leaves' best layouts."""
+    b = self.blocks
+    base = b.decode(p, 0, 1)[0]
+    choices = []
+    for k, (_, idx, deps, _) in enumerate(self.leaves):
+      rows = self.memo[(k, tuple(b.pools[p][deps]))][0][:per_leaf]
+      choices.append((idx, rows))
+    out = []
+    for pick in itertools.product(*[range(len(r)) for _, r in choices]):
+      v = base.copy()
+      for (idx, rows), i in zip(choices, pick, strict=True):
+        v[list(idx)] = rows[i]
+      out.append(v)
+    return np.asarray(out)
+
+
+def _check(budget_s, keep, combos, top_k) -> None:
+  if budget_s is not None and (not isinstance(budget_s, (int, float)) or isinstance(
+      budget_s, bool) or not budget_s > 0 or math.isnan(budget_s)):
+    raise ValueError(f"cut_dp: budget_s={budget_s!r} must be None or a number > 0")
+  for name, v in (("keep", keep), ("combos", combos), ("top_k", top_k)):
+    if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+      raise ValueError(f"cut_dp: {name}={v!r} must be an integer >= 1")
+
+
+def cut_dp(job: cm.RLJob, cluster: cm.Cluster, budget_s: float | None = None,
+           families=None, space: space_lib.SpaceOptions | None = None,
+           framework: str = "any", max_staleness: int = 0, partial_rollout: bool = False,
+           keep: int = 2, combos: int = 8, top_k: int = 5,
+           efficiency: cm.Efficiency | None = None,
+           chunk: int = evaluate.DEFAULT_CHUNK) -> SearchResult:
+  """Plans ``job`` on ``cluster`` with the dynamic program over stage cuts.
+
+  Deterministic: the same arguments give the same plan.
+
+  Args:
+    job: The RL job.
+    cluster: The cluster.
+    budget_s: Wall-time budget, set-up included (None: every split). Leaf
+      evaluations stop once it is spent (after the coarsest level of pool
+      sizes, which always runs); the exact scoring of the final candidates
+      follows.
+    families: Families (cut trees) to plan over; default: every one that
+      ``framework`` runs in the allowed modes.
+    space: The discrete options of each variable (defaults if None).
+    framework: ``any`` or a framework (see :func:`search.optimize`).
+    max_staleness: Largest staleness allowed (0: on-policy).
+    partial_rollout: Whether partial rollouts may be used.
+    keep: Best layouts each leaf keeps per pool size (the final candidates
+      are the products of these).
+    combos: Best pool combinations per family scored exactly.
+    top_k: Plans returned.
+    efficiency: Efficiency parameters (defaults if None).
+    chunk: Rows per compiled evaluation call.
+
+  Returns:
+    A :class:`SearchResult` (``method="cut_dp"``) over the families, its
+    plans scored by the exact evaluator.
+
+  Raises:
+    ValueError: for a bad ``budget_s``, ``keep``, ``combos`` or ``top_k``,
+      an unknown family or one outside the framework and modes.
+  """
+  t0 = time.perf_counter()
+  _check(budget_s, keep, combos, top_k)
+  allowed = fw_lib.families_for(job, framework, max_staleness, partial_rollout)
+  fams = tuple(families) if families is not None else allowed
+  if not fams:
+    raise ValueError(f"cut_dp: families={fams!r} is empty")
+  for f in fams:
+    if f not in allowed:
+      raise ValueError(f"cut_dp: family={f!r} is not a placement of {framework=} with "
+                       f"{max_staleness=}, {partial_rollout=} (allowed: {allowed})")
+  fw = fw_lib.get(framework)
+  eff = efficiency if efficiency is not None else cm.Efficiency()
+  runs = []
+  for f in fams:
+    fs = fw.build(f, job, cluster, space)
+    if fs is not None:
+      runs.append(_Family(fs, eff, chunk, keep))
+  if not runs:
+    return SearchResult(method="cut_dp", wall_time_s=time.perf_counter() - t0,
+                        infeasible_reason=f"no family of {fams} can hold the job on "
+                        f"{cluster.n_gpus} GPUs")
+  work = sorted(((lvl, r, k, key) for r, run in enumerate(runs)
+                 for lvl, k, key in run.items()), key=lambda t: (-t[0], t[1], t[2], t[3]))
+  # Every family gets at least one complete pool combination whatever the budget.
+  coarsest = min(run.first_level() for run in runs)
+  pending, rows_in = [], 0
+  for i, (lvl, r, k, key) in enumerate(work):
+    pending.append((r, k, key, runs[r].leaf_rows(k, key)))
+    rows_in += len(pending[-1][3])
+    last = i + 1 == len(work) or work[i + 1][1] != r
+    if rows_in >= chunk or last:
+      _flush(runs[r], pending)
+      pending, rows_in = [], 0
+      spent = time.perf_counter() - t0
+      if budget_s is not None and spent >= budget_s and lvl < coarsest:
+        break
+  if pending:
+    _flush(runs[pending[0][0]], pending)
+  return _final(runs, combos, keep, top_k, t0)
+
+
+def _flush(run: _Family, pending: list) -> None:
+  """Scores the pending leaf rows of one family and stores each leaf's best few."""
+  values = np.concatenate([rows for _, _, _, rows in pending], 0)
+  est = _exact_estimates(run.ev, values)
+  start = 0
+  for _, k, key, rows in pending:
+    sub = _slice(est, start, start + len(rows))
+    cost, ok, excess = run.leaf_cost(k, sub)
+    # Feasible layouts by time; when none fits next to the anchor, the least
+    # bad (the exact scoring of the products decides).
+    order = result_lib.ranking(cost, ok, excess)[:run.keep]
+    _, idx, _, _ = run.leaves[k]
+    dp_cost = np.where(ok[order], cost[order], result_lib.objective(cost, ok, excess)[order])
+    run.memo[(k, key)] = (rows[order][:, list(idx)], dp_cost)
+    start += len(rows)
+
+
+class _Batch:
+  """The stage arrays of a batch of estimates (numpy), as leaf costs read them."""
+
+  def __init__(self, names, start_s, end_s, excess):
+    self.stage_names, self.start_s, self.end_s, self.memory_excess = names, start_s, end_s, excess
+
+
+def _slice(b: _Batch, lo: int, hi: int) -> _Batch:
+  return _Batch(b.stage_names, b.start_s[lo:hi], b.end_s[lo:hi], b.memory_excess[lo:hi])
+
+
+def _exact_estimates(ev: evaluate.Evaluator, values: np.ndarray) -> _Batch:
+  """Exact estimates' stage arrays of ``values``, in chunks of the evaluator's
+  compiled size (the same compiled function as :meth:`Evaluator.estimates`)."""
+  values = np.asarray(values, np.float32)
+  parts, names = [], None
+  for lo in range(0, len(values), ev.chunk):
+    part = values[lo:lo + ev.chunk]
+    m = len(part)
+    if m < ev.chunk:
+      part = np.concatenate([part, np.repeat(part[-1:], ev.chunk - m, 0)], 0)
+    est, _ = ev._run_full(part)  # pylint: disable=protected-access
+    names = est.stage_names
+    parts.append(tuple(np.asarray(a)[:m] for a in (est.start_s, est.end_s, est.memory_excess)))
+  ev.count += len(values)
+  return _Batch(names, *(np.concatenate(a, 0) for a in zip(*parts, strict=True)))
+
+
+def _final(runs: list[_Family], combos: int, keep: int, top_k: int, t0: float) -> SearchResult:
+  """Scores each family's best DP combinations exactly and ranks them together."""
+  scored, best_by = [], {}
+  for run in runs:
+    cand = [run.candidates(p, keep) for p in run.combine(combos)]
+    if not cand:
+      best_by[run.fs.family] = np.inf
+      continue
+    values = np.concatenate(cand, 0)
+    values = values[run.fs.valid(values)]
+    s = run.ev.scores(values)
+    ranked = result_lib.rank(result_lib.Ranked(values, s.step_time_s, s.feasible, s.excess))
+    scored.append((run, ranked))
+    best_by[run.fs.family] = (float(ranked.step_time_s[0]) if len(ranked.feasible)
+                              and ranked.feasible[0] else np.inf)
+  entries = [(float(r.step_time_s[i]), j, i) for j, (_, r) in enumerate(scored)
+             for i in range(len(r.feasible)) if r.feasible[i]]
+  entries.sort()
+  evaluations = sum(run.ev.count for run in runs)
+  size = sum(run.blocks.size for run in runs)
+  if not entries:
+    return SearchResult(method="cut_dp", evaluations=evaluations, space_size=size,
+                        wall_time_s=time.perf_counter() - t0, best_by_family_s=best_by,
+                        infeasible_reason="the cut DP found no feasible plan in families "
+                        f"{', '.join(run.fs.family for run in runs)}")
+  plans, fams = [], []
+  for _, j, i in entries[:top_k]:
+    run, r = scored[j]
+    plans += result_lib.exact_plans(run.ev, r.values[i:i + 1])
+    fams.append(run.fs.family)
+  return SearchResult(method="cut_dp", family=fams[0], best_plan=plans[0][0],
+                      best_estimate=plans[0][1], top=tuple(plans), top_families=tuple(fams),
+                      evaluations=evaluations, space_size=size,
+                      wall_time_s=time.perf_counter() - t0, best_by_family_s=best_by)
