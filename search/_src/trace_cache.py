@@ -59,6 +59,15 @@ def _directory() -> str | None:
   return os.path.join(path, "traced")
 
 
+def digest(name: str, key, args: tuple, compiler_options: dict) -> str:
+  """The key of a traced program on disk (see :func:`call`): 40 hex digits."""
+  leaves, treedef = jax.tree_util.tree_flatten(args)
+  spec = repr((name, key, str(treedef), tuple(_leaf_spec(x) for x in leaves),
+               sorted(compiler_options.items()), jax.default_backend(),
+               jax.devices()[0].device_kind, _source_digest()))
+  return hashlib.sha256(spec.encode()).hexdigest()[:40]
+
+
 def call(name: str, jitted, static: tuple, key, args: tuple, compiler_options: dict):
   """``jitted(*static, *args)`` through a program traced once per key and kept on disk.
 
@@ -78,11 +87,7 @@ def call(name: str, jitted, static: tuple, key, args: tuple, compiler_options: d
   if directory is None:
     return jitted(*static, *args)
   leaves, treedef = jax.tree_util.tree_flatten(args)
-  spec = repr((name, key, str(treedef), tuple(_leaf_spec(x) for x in leaves),
-               sorted(compiler_options.items()), jax.default_backend(),
-               jax.devices()[0].device_kind, _source_digest()))
-  digest = hashlib.sha256(spec.encode()).hexdigest()[:40]
-  path = os.path.join(directory, f"{name}-{digest}.jaxexport")
+  path = os.path.join(directory, f"{name}-{digest(name, key, args, compiler_options)}.jaxexport")
   with _lock:
     program = _loaded.get(path)
   if program is None:

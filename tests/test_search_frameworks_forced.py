@@ -1,0 +1,146 @@
+"""The settings a framework forces on every plan are part of its search space.
+
+``Structure.runs_as`` applies the framework's ``Exporter.adapt`` (its weight sync, where it
+keeps a role's state) inside ``to_plan``: the relaxed objective, the exact evaluator and
+rounding see the plan as the framework runs it, and the plan the search returns is already
+that plan. The problem of tests/test_search.py (GRPO on Qwen2.5-1.5B, 16 H100, the compact
+space).
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import costmodel as cm
+import export
+import search
+from search._src import baselines
+from search._src import compile_cache
+from search._src import evaluate
+from search._src import frameworks as fw_lib
+from search._src import relax
+from search._src import space as space_lib
+from search._src import trace_cache
+
+from conftest import assert_tree_allclose
+
+_FRAMEWORKS = fw_lib.NAMES[1:]
+
+
+def _as_any(fs: space_lib.FamilySpace) -> space_lib.FamilySpace:
+  """``fs`` with no forced settings: its plans as built before the framework runs them."""
+  return dataclasses.replace(fs, structure=dataclasses.replace(fs.structure, runs_as="any"))
+
+
+@pytest.mark.parametrize("name", _FRAMEWORKS)
+def test_to_plan_is_the_plan_as_the_framework_runs_it(name, search_job, cluster_2x8,
+                                                      compact_space):
+  fw, e = fw_lib.get(name), export.get(name)
+  rng = np.random.default_rng(3)
+  for fam in fw_lib.families_for(search_job, name, max_staleness=1, partial_rollout=True):
+    fs = fw.build(fam, search_job, cluster_2x8, compact_space)
+    assert fs.structure.runs_as == name
+    rows = baselines._Blocks(fs).sample(rng, 8)
+    traced = jax.jit(fs.to_plan)
+    for row in rows:
+      plan = fs.to_plan(row)
+      assert plan == e.adapt(_as_any(fs).to_plan(row)), (fam, row)
+      # One override for every option set the framework exports with: it is static.
+      for options in fw.export_options:
+        assert e.adapt(plan, **options) == plan, (fam, options)
+      # The same plan under jit (what the relaxed loop and the evaluator trace).
+      assert_tree_allclose(traced(jnp.asarray(row, jnp.float32)), plan)
+
+
+def test_forced_settings_by_framework(search_job, cluster_2x8, compact_space):
+  # export/_src/verl.py, nemo_rl.py, slime.py: the settings each forces.
+  rng = np.random.default_rng(4)
+
+  def plan(name, fam):
+    fs = fw_lib.get(name).build(fam, search_job, cluster_2x8, compact_space)
+    return fs.to_plan(baselines._Blocks(fs).sample(rng, 1)[0])
+
+  colocated, split = plan("verl", "colocated"), plan("verl", "split")
+  assert (colocated.engine.sync_backend, split.engine.sync_backend) == ("per_tensor", "bucketed")
+  for p in (colocated, split):  # an FSDP reference's parameters on the host
+    assert (p.role("reference").infer_layout.offload, p.role("reference").infer_layout.swap) == (
+        1.0, 0.0)
+  nemo = plan("nemo_rl", "colocated")
+  assert nemo.engine.sync_backend == "ipc" and nemo.role("actor").train.swap == 1.0
+  assert plan("nemo_rl", "split").role("actor").train.swap == 0.0
+  slime = plan("slime", "split")
+  assert slime.engine.sync_backend == "bucketed"
+  assert (slime.role("reference").infer_layout.swap, slime.role("reference").infer_layout.offload
+          ) == (1.0, 0.0)
+  # ``any`` forces nothing: the engine keeps its default weight sync.
+  fs = space_lib.build("split", search_job, cluster_2x8, compact_space)
+  assert fs.structure.runs_as == "any"
+  assert fs.to_plan(baselines._Blocks(fs).sample(rng, 1)[0]).engine.sync_backend == "per_tensor"
+
+
+def test_the_evaluator_scores_the_plan_as_run(search_job, cluster_2x8, compact_space):
+  # veRL split: the evaluator's step times are cm.estimate of the adapted plans, not of the
+  # plans as built (bucketed sync and a host-resident reference change them).
+  fs = fw_lib.get("verl").build("split", search_job, cluster_2x8, compact_space)
+  rows = baselines._Blocks(fs).sample(np.random.default_rng(5), 6)
+  scores = evaluate.Evaluator(fs, full=True).scores(rows)
+  e = export.get("verl")
+  raw = _as_any(fs)
+  changed = 0
+  for row, t in zip(rows, scores.step_time_s, strict=True):
+    as_run = float(cm.estimate(search_job, e.adapt(raw.to_plan(row)), cluster_2x8).step_time_s)
+    as_built = float(cm.estimate(search_job, raw.to_plan(row), cluster_2x8).step_time_s)
+    assert t == pytest.approx(as_run, rel=1e-5)
+    changed += abs(as_built / as_run - 1) > 1e-4
+  assert changed == len(rows)
+
+
+@pytest.mark.parametrize("name", _FRAMEWORKS)
+def test_searched_best_is_estimated_as_exported(name, search_job, cluster_2x8, compact_space):
+  res = search.optimize(search_job, cluster_2x8, families=["split"], starts=4, steps=10, seed=0,
+                        space=compact_space, framework=name, top_k=3)
+  assert res.feasible
+  # The ranking's step times are the final estimates: nothing is re-estimated after it.
+  steps = [float(est.step_time_s) for _, est in res.top]
+  assert steps == sorted(steps)
+  assert steps[0] == pytest.approx(res.best_by_family_s["split"], rel=1e-6)
+  e = export.get(name)
+  for plan, est in res.top:
+    options = fw_lib.export_options(name, plan, search_job, cluster_2x8)
+    assert options is not None
+    assert e.adapt(plan, **options) == plan  # already as the framework runs it
+    assert float(est.step_time_s) == pytest.approx(
+        float(cm.estimate(search_job, plan, cluster_2x8).step_time_s), rel=1e-5)
+  # Exported, then imported: the same settings (those the config states), the same step.
+  plan = res.best_plan
+  options = fw_lib.export_options(name, plan, search_job, cluster_2x8)
+  settings = e.to_config(plan, search_job, cluster_2x8, **options)
+  back = export.read_config(name, settings, model=search_job.actor, response_mean=1000.0,
+                            gpus_per_node=8, engine_max_seqs=float(plan.engine.max_seqs)).plan
+  u = export.unexpressed(name)
+  assert export.plan_settings(back, u) == export.plan_settings(plan, u)
+  if not u:
+    assert float(cm.estimate(search_job, back, cluster_2x8).step_time_s) == pytest.approx(
+        float(res.best_estimate.step_time_s), rel=1e-5)
+
+
+def test_cache_keys_tell_the_framework_apart(search_job, cluster_2x8, compact_space):
+  fs = fw_lib.get("verl").build("split", search_job, cluster_2x8, compact_space)
+  raw = _as_any(fs)
+  assert fs.structure != raw.structure and hash(fs.structure) != hash(raw.structure)
+  args = (search_job, cluster_2x8, cm.Efficiency(), jnp.zeros((4, len(fs.vars)), jnp.float32))
+  key = lambda s: trace_cache.digest("exact_estimates", s, args, compile_cache.FAST_COMPILE)
+  assert key(fs.structure) != key(raw.structure)
+  assert key(fs.structure) == key(dataclasses.replace(raw.structure, runs_as="verl"))
+  assert relax._Static(fs) != relax._Static(raw)
+  assert relax._Static(fs) == relax._Static(fw_lib.get("verl").build("split", search_job,
+                                                                       cluster_2x8,
+                                                                       compact_space))
+
+
+def test_unknown_runs_as(search_job, cluster_2x8):
+  with pytest.raises(ValueError, match=r"runs_as='megatron' .*one of"):
+    space_lib.build("split", search_job, cluster_2x8, runs_as="megatron")
