@@ -9,6 +9,7 @@ space).
 
 import dataclasses
 
+from conftest import assert_tree_allclose
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,8 +25,6 @@ from search._src import frameworks as fw_lib
 from search._src import relax
 from search._src import space as space_lib
 from search._src import trace_cache
-
-from conftest import assert_tree_allclose
 
 _FRAMEWORKS = fw_lib.NAMES[1:]
 
