@@ -192,16 +192,6 @@ def export_options(name: str, plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster
   return None
 
 
-def as_run(name: str, plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> cm.Plan:
-  """``plan`` with the settings framework ``name`` forces on it when it runs it
-  (``Exporter.adapt`` with the first option set that exports; ``plan`` itself for
-  ``any`` or when no option set exports)."""
-  if get(name).name == "any":
-    return plan
-  opts = export_options(name, plan, job, cluster)
-  return plan if opts is None else export_lib.get(name).adapt(plan, **opts)
-
-
 def accepting(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> tuple[str, ...]:
   """The exporters (:data:`export.FRAMEWORKS`) that accept ``plan``."""
   return tuple(n for n in export_lib.FRAMEWORKS if export_error(n, plan, job, cluster) is None)
