@@ -23,6 +23,7 @@ from search._src import compile_cache
 from search._src import evaluate
 from search._src import frameworks as fw_lib
 from search._src import relax
+from search._src import result as result_lib
 from search._src import space as space_lib
 from search._src import trace_cache
 
@@ -95,6 +96,33 @@ def test_the_evaluator_scores_the_plan_as_run(search_job, cluster_2x8, compact_s
     assert t == pytest.approx(as_run, rel=1e-5)
     changed += abs(as_built / as_run - 1) > 1e-4
   assert changed == len(rows)
+
+
+def test_ranking_with_the_forced_settings_picks_a_faster_plan(search_job, cluster_2x8,
+                                                              compact_space):
+  # NeMo-RL colocated swaps the policy's state to the host around generation. Ranked as
+  # built, then adapted and re-estimated (top five distinct layouts), the best is a ZeRO-1
+  # plan; ranked as run, a ZeRO-3 plan the as-built ranking puts further down is faster.
+  fs = fw_lib.get("nemo_rl").build("colocated", search_job, cluster_2x8, compact_space)
+  blocks = baselines._Blocks(fs)
+  rows = np.concatenate([blocks.decode(p, 0, int(c)) for p, c in enumerate(blocks.counts)], 0)
+  as_run = evaluate.Evaluator(fs, full=True).scores(rows)
+  as_built = evaluate.Evaluator(_as_any(fs), full=True).scores(rows)
+  best = result_lib.ranking(as_run.step_time_s, as_run.feasible, as_run.excess)[0]
+  seen, top = set(), []
+  for i in result_lib.ranking(as_built.step_time_s, as_built.feasible, as_built.excess):
+    key = result_lib.layout_key(fs.to_plan(rows[i]), "colocated")
+    if key not in seen:
+      seen.add(key)
+      top.append(i)
+    if len(top) == 5:
+      break
+  after = top[int(np.argmin(as_run.step_time_s[top]))]
+  assert as_run.feasible[best] and as_run.feasible[after]
+  assert as_run.step_time_s[after] > as_run.step_time_s[best] * 1.002
+  zero = fs.index("actor.zero")
+  assert (rows[best, zero], rows[after, zero]) == (3.0, 1.0)
+  assert best not in top
 
 
 @pytest.mark.parametrize("name", _FRAMEWORKS)
