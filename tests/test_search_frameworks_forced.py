@@ -146,12 +146,11 @@ def test_searched_best_is_estimated_as_exported(name, search_job, cluster_2x8, c
   options = fw_lib.export_options(name, plan, search_job, cluster_2x8)
   settings = e.to_config(plan, search_job, cluster_2x8, **options)
   back = export.read_config(name, settings, model=search_job.actor, response_mean=1000.0,
-                            gpus_per_node=8, engine_max_seqs=float(plan.engine.max_seqs)).plan
+                            gpus_per_node=8, engine_max_seqs=float(plan.engine.max_seqs))
   u = export.unexpressed(name)
-  assert export.plan_settings(back, u) == export.plan_settings(plan, u)
-  if not u:
-    assert float(cm.estimate(search_job, back, cluster_2x8).step_time_s) == pytest.approx(
-        float(res.best_estimate.step_time_s), rel=1e-5)
+  assert export.plan_settings(back.plan, u) == export.plan_settings(plan, u)
+  assert float(cm.estimate(back.job, back.plan, back.cluster).step_time_s) == pytest.approx(
+      float(res.best_estimate.step_time_s), rel=1e-5)
 
 
 def test_cache_keys_tell_the_framework_apart(search_job, cluster_2x8, compact_space):

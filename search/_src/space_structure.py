@@ -31,7 +31,8 @@ class Structure:
     runs_as: The framework whose forced settings every plan gets (its
       exporter's ``adapt``: weight sync, where it keeps a role's state), so
       the relaxed objective, the exact evaluator and rounding see the plan as
-      the framework runs it; ``any``: none.
+      the framework runs it (in its space every option set it exports with
+      forces the same); ``any``: none.
   """
 
   family: str
