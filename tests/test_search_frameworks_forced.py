@@ -8,6 +8,7 @@ space).
 """
 
 import dataclasses
+import pathlib
 
 from conftest import assert_tree_allclose
 import jax
@@ -165,6 +166,22 @@ def test_cache_keys_tell_the_framework_apart(search_job, cluster_2x8, compact_sp
   assert relax._Static(fs) == relax._Static(fw_lib.get("verl").build("split", search_job,
                                                                        cluster_2x8,
                                                                        compact_space))
+
+
+def test_traced_programs_are_keyed_by_the_exporters_source(monkeypatch):
+  # A traced program embodies Exporter.adapt: an edit of export/ makes a new key.
+  before = trace_cache._source_digest()
+  read = pathlib.Path.read_bytes
+  verl = pathlib.Path(export.__file__).parent / "_src" / "verl.py"
+  monkeypatch.setattr(pathlib.Path, "read_bytes",
+                      lambda self: read(self) + (b"#" if self == verl else b""))
+  trace_cache._source_digest.cache_clear()
+  try:
+    assert trace_cache._source_digest() != before
+  finally:
+    monkeypatch.undo()
+    trace_cache._source_digest.cache_clear()
+  assert trace_cache._source_digest() == before
 
 
 def test_unknown_runs_as(search_job, cluster_2x8):
