@@ -240,7 +240,8 @@ def as_run(plan: cm.Plan, **_) -> cm.Plan:
   ref = {}
   if r is not None:  # weights off the GPU either way: moved between uses
     lay = r.infer_layout
-    ref["reference"] = {"offload": 0.0, "swap": max(float(lay.offload), float(lay.swap))}
+    # The larger of two 0/1 flags, traceable (a search builds its plans under jit).
+    ref["reference"] = {"offload": 0.0, "swap": lay.offload + lay.swap - lay.offload * lay.swap}
   if shares_rollout(plan):
     ref["actor"] = {"swap": 1.0}
   return with_layouts(plan, ref, "bucketed")

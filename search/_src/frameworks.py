@@ -16,9 +16,11 @@ configuration can express, as its exporter (:mod:`export`) reads it:
 
 ``any`` keeps every core rule and the framework-neutral batch rule (each
 mini-batch splits over the training pool's data-parallel ranks) and drops the
-framework-specific ones. The exporter stays the final word: the search keeps
-only plans the chosen framework's exporter accepts (:func:`export_error`), as the
-framework runs them (``Exporter.adapt``: its weight sync, where it keeps a role's state).
+framework-specific ones. Every plan of a framework's space is the plan as the
+framework runs it (``Exporter.adapt``: its weight sync, where it keeps a role's
+state, applied by ``Structure.to_plan``), so the relaxed search and the exact
+ranking see what the framework runs. The exporter stays the final word: the search
+keeps only plans the chosen framework's exporter accepts (:func:`export_error`).
 """
 
 from __future__ import annotations
@@ -82,10 +84,10 @@ class Framework:
 
   def build(self, family: str, job: cm.RLJob, cluster: cm.Cluster,
             options: space_lib.SpaceOptions | None = None) -> space_lib.FamilySpace | None:
-    """The space of ``family`` restricted to this framework (None when the
-    family cannot hold the job)."""
+    """The space of ``family`` restricted to this framework, its plans as the
+    framework runs them (None when the family cannot hold the job)."""
     return space_lib.build(family, job, cluster, self.space_options(options), nodes=self.nodes,
-                           ties=self.ties, rule_sets=self.rule_sets)
+                           ties=self.ties, rule_sets=self.rule_sets, runs_as=self.name)
 
 
 _ALL = tuple(p.name for p in cm.placements())
@@ -196,16 +198,6 @@ def export_options(name: str, plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster
     except ValueError:
       continue
   return None
-
-
-def as_run(name: str, plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> cm.Plan:
-  """``plan`` with the settings framework ``name`` forces on it when it runs it
-  (``Exporter.adapt`` with the first option set that exports; ``plan`` itself for
-  ``any`` or when no option set exports)."""
-  if get(name).name == "any":
-    return plan
-  opts = export_options(name, plan, job, cluster)
-  return plan if opts is None else export_lib.get(name).adapt(plan, **opts)
 
 
 def accepting(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> tuple[str, ...]:

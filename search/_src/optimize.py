@@ -250,14 +250,14 @@ def _search(job, cluster, fams, fw: fw_lib.Framework, starts, seed, top_k, eff, 
     sync = [(k, i) for k, i in feasible if fw_lib.on_policy(runs[k].fs.family)]
     first, _ = _distinct(runs, sync, 1, fw, job, cluster)
     if first:
-      ((plan, est),), (fam,) = _as_run(fw, _exact(runs, first), [runs[first[0][0]].fs.family],
-                                       job, cluster, eff)
+      ((plan, est),), fam = _exact(runs, first), runs[first[0][0]].fs.family
       on_policy = SearchResult(method="optimize", best_plan=plan, best_estimate=est,
                                family=fam, top=((plan, est),), top_families=(fam,),
                                framework=fw.name,
                                accepted_by=fw_lib.accepting(plan, job, cluster))
-  plans, top_fams = _as_run(fw, _exact(runs, chosen), [runs[k].fs.family for k, _ in chosen],
-                            job, cluster, eff)
+  # The plans are already as the framework runs them (``Structure.runs_as``), so the
+  # ranking's exact estimates are theirs and its order stands.
+  plans, top_fams = tuple(_exact(runs, chosen)), tuple(runs[k].fs.family for k, _ in chosen)
   return SearchResult(best_plan=plans[0][0], best_estimate=plans[0][1], family=top_fams[0],
                       top=plans, top_families=top_fams, on_policy=on_policy,
                       accepted_by=fw_lib.accepting(plans[0][0], job, cluster), **done)
@@ -287,20 +287,6 @@ def _distinct(runs, entries, top_k, fw, job, cluster):
     if len(chosen) == top_k:
       break
   return chosen, refusal
-
-
-def _as_run(fw, pairs, families, job, cluster, eff):
-  """The plans as framework ``fw`` runs them (:func:`frameworks.as_run`: its weight
-  sync, where it keeps a role's state) with their exact estimates, fastest
-  feasible first, and their families; unchanged for ``any``."""
-  out = []
-  for (plan, est), fam in zip(pairs, families, strict=True):
-    run = fw_lib.as_run(fw.name, plan, job, cluster)
-    if run != plan:  # plans compare field by field (frozen dataclasses of scalars)
-      plan, est = run, cm.estimate(job, run, cluster, eff)
-    out.append((plan, est, fam))
-  out.sort(key=lambda t: (not bool(t[1].feasible), float(t[1].step_time_s)))
-  return tuple((p, e) for p, e, _ in out), tuple(f for _, _, f in out)
 
 
 def _exact(runs, chosen):

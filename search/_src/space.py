@@ -47,6 +47,7 @@ import math
 import numpy as np
 
 import costmodel as cm
+import export
 from search._src.space_options import _LAYOUT_ROLES
 from search._src.space_options import _TRAINED
 from search._src.space_options import CAT
@@ -127,7 +128,8 @@ def _vpp_options(model: cm.ModelSpec, pps, vpps) -> list[int]:
 def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
           options: SpaceOptions | None = None, nodes: str = "any",
           ties: tuple[tuple[str, str], ...] = (),
-          rule_sets: tuple[str, ...] = ("zero3", "batch")) -> FamilySpace | None:
+          rule_sets: tuple[str, ...] = ("zero3", "batch"), runs_as: str = "any"
+          ) -> FamilySpace | None:
   """The variables and options of ``family`` for ``job`` on ``cluster``.
 
   Pool sizes follow the rules that decide whether a pool runs: a pool without
@@ -146,6 +148,8 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
     ties: ``(name, source)`` pairs of variables tied together (see
       :class:`Structure`); pairs naming a variable the job lacks are dropped.
     rule_sets: Optional rule sets of the rule table the layouts obey.
+    runs_as: ``any`` or the framework (:data:`export.FRAMEWORKS`) whose forced
+      settings every plan of the space gets (see :class:`Structure`).
 
   Returns:
     A :class:`FamilySpace`, or None when the family cannot hold the job on
@@ -153,10 +157,11 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
     critic).
 
   Raises:
-    ValueError: for an unknown family.
+    ValueError: for an unknown family or framework.
   """
   if family not in FAMILIES:
     raise ValueError(f"family={family!r} is not one of {FAMILIES}")
+  cm.check_one_of("build", ("any",) + export.FRAMEWORKS, runs_as=runs_as)
   placement = cm.placement(family)
   opts = options if options is not None else SpaceOptions()
   roles = cm.required_roles(job)
@@ -229,5 +234,5 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
   vars_ = [Var(v.name, v.kind, np.asarray([1.0])) if v.name in tied else v for v in vars_]
   rule_sets = tuple(rule_sets) + (() if "interleave" in rule_sets else ("interleave",))
   structure = Structure(family=family, roles=roles, names=names, n_gpus=n, ties=ties,
-                        rule_sets=rule_sets)
+                        rule_sets=rule_sets, runs_as=runs_as)
   return FamilySpace(structure=structure, vars=tuple(vars_), job=job, cluster=cluster)

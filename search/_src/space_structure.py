@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import costmodel as cm
+import export
 from search._src.space_options import _LAYOUT_ROLES
 from search._src.space_options import _TRAINED
 
@@ -27,6 +28,11 @@ class Structure:
       (a framework that gives the critic the actor's degrees); the tied
       variable keeps a single fixed option and is never read.
     rule_sets: Optional rule sets of the rule table the layouts obey.
+    runs_as: The framework whose forced settings every plan gets (its
+      exporter's ``adapt``: weight sync, where it keeps a role's state), so
+      the relaxed objective, the exact evaluator and rounding see the plan as
+      the framework runs it (in its space every option set it exports with
+      forces the same); ``any``: none.
   """
 
   family: str
@@ -35,6 +41,7 @@ class Structure:
   n_gpus: int
   ties: tuple[tuple[str, str], ...] = ()
   rule_sets: tuple[str, ...] = ("zero3", "batch")
+  runs_as: str = "any"
 
   @property
   def placement(self) -> cm.Placement:
@@ -90,7 +97,8 @@ class Structure:
                        memory_fraction=get("engine.memory_fraction"),
                        max_seqs=get("engine.max_seqs"),
                        dp_attention=self.value(v, "engine.dp_attention", 0.0, xp))
-    return self.placement.plan(pool_gpus, self.roles, engine, train=train, infer=infer)
+    plan = self.placement.plan(pool_gpus, self.roles, engine, train=train, infer=infer)
+    return plan if self.runs_as == "any" else export.get(self.runs_as).adapt(plan)
 
 
 def _role_model(job: cm.RLJob, role: str) -> cm.ModelSpec:

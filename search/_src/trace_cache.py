@@ -10,7 +10,8 @@ and the compilation cache serves its compiled code.
 
 A program is keyed by everything its trace depends on: its name and static
 arguments, the tree structure and shapes of its arguments, the backend and
-device kind, the JAX version and the source of the ``costmodel`` and
+device kind, the JAX version and the source of the ``costmodel``, ``export``
+(the settings a framework forces on a plan, ``Structure.runs_as``) and
 ``search`` packages (any edit makes a new key). It is used only where the
 compilation cache is on and on one device (an exported program fixes its
 device count).
@@ -37,9 +38,10 @@ _loaded: dict[str, object] = {}
 def _source_digest() -> str:
   """Digest of the packages whose code a traced program embodies."""
   import costmodel  # pylint: disable=g-import-not-at-top
+  import export  # pylint: disable=g-import-not-at-top (a framework's forced settings)
   import search  # pylint: disable=g-import-not-at-top
   h = hashlib.sha256(f"jax {jax.__version__}".encode())
-  for package in (costmodel, search):
+  for package in (costmodel, export, search):
     root = pathlib.Path(package.__file__).parent
     for path in sorted(root.rglob("*.py")):
       h.update(str(path.relative_to(root)).encode())
@@ -57,6 +59,15 @@ def _directory() -> str | None:
   if not path or jax.device_count() != 1:
     return None
   return os.path.join(path, "traced")
+
+
+def digest(name: str, key, args: tuple, compiler_options: dict) -> str:
+  """The key of a traced program on disk (see :func:`call`): 40 hex digits."""
+  leaves, treedef = jax.tree_util.tree_flatten(args)
+  spec = repr((name, key, str(treedef), tuple(_leaf_spec(x) for x in leaves),
+               sorted(compiler_options.items()), jax.default_backend(),
+               jax.devices()[0].device_kind, _source_digest()))
+  return hashlib.sha256(spec.encode()).hexdigest()[:40]
 
 
 def call(name: str, jitted, static: tuple, key, args: tuple, compiler_options: dict):
@@ -78,11 +89,7 @@ def call(name: str, jitted, static: tuple, key, args: tuple, compiler_options: d
   if directory is None:
     return jitted(*static, *args)
   leaves, treedef = jax.tree_util.tree_flatten(args)
-  spec = repr((name, key, str(treedef), tuple(_leaf_spec(x) for x in leaves),
-               sorted(compiler_options.items()), jax.default_backend(),
-               jax.devices()[0].device_kind, _source_digest()))
-  digest = hashlib.sha256(spec.encode()).hexdigest()[:40]
-  path = os.path.join(directory, f"{name}-{digest}.jaxexport")
+  path = os.path.join(directory, f"{name}-{digest(name, key, args, compiler_options)}.jaxexport")
   with _lock:
     program = _loaded.get(path)
   if program is None:
