@@ -4,10 +4,13 @@ import dataclasses
 import importlib.resources
 import json
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import costmodel as cm
+from costmodel._src.fit import calibrate as cm_calibrate
 from costmodel._src.fit import microbench
 
 
@@ -185,3 +188,137 @@ def test_microbenchmark_unreadable_file(tmp_path):
 def test_efficiency_replace_keeps_pytree():
   eff = dataclasses.replace(cm.Efficiency(), link_efficiency=0.5)
   assert float(eff.link_efficiency) == 0.5
+
+
+# A hand-checkable problem: two parameters, each case a known linear mix of them.
+_TRUE_X, _TRUE_Y = 0.2, 0.03  # train_overhead_s, sync_overhead_s
+
+
+def _linear_cases(noise=None, groups=("a", "b")):
+  out = []
+  for g in groups:
+    for i, (a, b) in enumerate(((1.0, 0.0), (1.0, 10.0), (0.5, 40.0), (2.0, 5.0), (0.0, 30.0))):
+      value = a * _TRUE_X + b * _TRUE_Y
+      if noise is not None:
+        value *= float(np.exp(noise[len(out)]))
+      out.append(cm.validation.Case(
+          f"syn:{g}{i}", g, f"{a} x + {b} y", value, "s",
+          lambda eff, a=a, b=b: a * eff.train_overhead_s + b * eff.sync_overhead_s))
+  return out
+
+
+_TWO = ("train_overhead_s", "sync_overhead_s")
+
+
+@pytest.mark.parametrize("loss, weighting", [("squared", "case"), ("huber", "group"),
+                                             ("huber", "row")])
+def test_two_parameters_are_recovered_from_cases_they_generated(loss, weighting):
+  # Defaults 0.05 and 0.05: the fit must move x up fourfold and y down by 40%.
+  result = cm.calibrate(_linear_cases(), fields=_TWO, steps=600, learning_rate=0.1, prior=0.0,
+                        loss=loss, weighting=weighting)
+  assert float(result.efficiency.train_overhead_s) == pytest.approx(_TRUE_X, rel=0.02)
+  assert float(result.efficiency.sync_overhead_s) == pytest.approx(_TRUE_Y, rel=0.02)
+  assert max(abs(r.error_after) for r in result.rows) < 0.02
+  assert result.cv_scores == {} and result.prior == 0.0
+
+
+def test_huber_loss_resists_an_outlier_that_drags_squared_error():
+  cases = _linear_cases()
+  cases[0] = cases[0]._replace(published=cases[0].published * 5.0)  # a row the model cannot express
+  errs = {}
+  for loss in ("squared", "huber"):
+    r = cm.calibrate(cases, fields=_TWO, steps=400, prior=0.0, loss=loss, huber_delta=0.1)
+    errs[loss] = abs(float(r.efficiency.train_overhead_s) / _TRUE_X - 1.0)
+  assert errs["huber"] < 0.5 * errs["squared"]
+
+
+def test_robust_loss_is_squared_inside_delta_and_linear_outside():
+  from costmodel._src.fit import objective
+  err = np.array([-0.05, 0.1, 0.5, -2.0])
+  got = np.asarray(objective.robust_loss(err, 0.2))
+  want = np.where(np.abs(err) <= 0.2, err**2, 2 * 0.2 * np.abs(err) - 0.04)
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(objective.robust_loss(err, 1e6)), err**2, rtol=1e-6)
+
+
+def test_case_weights_per_group_and_per_row():
+  from costmodel._src.fit import objective
+  cases = _linear_cases(groups=("a",)) + _linear_cases(groups=("b",))[:2]
+  w = objective.case_weights(cases, "group")
+  assert w.sum() == pytest.approx(1.0)
+  assert w[:5].sum() == pytest.approx(0.5) and w[5:].sum() == pytest.approx(0.5)
+  shared = [c._replace(row_id="syn:one") for c in cases[:4]] + cases[4:]
+  w = objective.case_weights(shared, "row")
+  assert w[:4].sum() == pytest.approx(w[4])
+  np.testing.assert_allclose(objective.case_weights(cases, "case"), 1 / 7)
+
+
+def test_cross_validated_prior_uses_only_the_fit_cases():
+  noise = np.random.default_rng(3).normal(0.0, 0.3, 10)
+  fit = _linear_cases(noise)
+  held_a = _linear_cases(groups=("c",))
+  held_b = [c._replace(published=c.published * 3.0) for c in held_a[:2]]
+  kw = dict(fields=_TWO, steps=150, prior=(0.0, 0.03, 1.0, 30.0), folds=3, loss="huber")
+  ra = cm.calibrate(fit, held_a, **kw)
+  rb = cm.calibrate(fit, held_b, **kw)
+  rc = cm.calibrate(fit, (), **kw)
+  assert set(ra.cv_scores) == {0.0, 0.03, 1.0, 30.0}
+  assert all(np.isfinite(v) for v in ra.cv_scores.values())
+  assert ra.cv_scores == rb.cv_scores == rc.cv_scores
+  assert ra.prior == rb.prior == rc.prior == min(ra.cv_scores, key=ra.cv_scores.get)
+  for f in _TWO:
+    assert float(getattr(ra.efficiency, f)) == float(getattr(rb.efficiency, f))
+  # The fit cases do decide: the same fit cases moved far off change the scores.
+  rd = cm.calibrate([c._replace(published=c.published * (1 + 2 * (i % 2)))
+                     for i, c in enumerate(fit)], held_a, **kw)
+  assert rd.cv_scores != ra.cv_scores
+
+
+def test_folds_are_seeded_and_stratified():
+  from costmodel._src.fit import cross_validate
+  cases = _linear_cases(groups=("a", "b", "c"))
+  ids = cross_validate.fold_ids(cases, 3, seed=1)
+  np.testing.assert_array_equal(ids, cross_validate.fold_ids(cases, 3, seed=1))
+  for g in "abc":
+    assert sorted(np.bincount(ids[[c.group == g for c in cases]], minlength=3)) == [1, 2, 2]
+  assert sorted(np.bincount(ids)) == [5, 5, 5]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(loss="l1"), "loss='l1' must be one of"),
+    (dict(weighting="run"), "weighting='run' must be one of"),
+    (dict(loss="huber", huber_delta=0.0), "huber_delta=0.0 must be > 0"),
+    (dict(prior=(-1.0, 0.1)), r"prior=\(-1.0, 0.1\) must be one or more weights >= 0"),
+    (dict(prior=(0.1, 1.0), folds=1), r"folds=1 must lie in \[2, 10\]"),
+])
+def test_calibrate_bad_options(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    cm.calibrate(_linear_cases(), fields=_TWO, steps=2, **kwargs)
+
+
+def test_calibration_with_moe_fp8_and_deepseek_rows_stays_finite():
+  # The DeepSeek-V3 run on 96 H20 (rl:18) has a jitted float32 gradient with
+  # NaN and inf in most default fields; the fit runs in float64, where it is
+  # finite, so these rows join the fit without poisoning it.
+  moe = cm.validation.cases(["moe"])
+  fp8 = cm.validation.cases(["fp8"])
+  deepseek = [c for c in cm.validation.cases(["rl_step"]) if c.row_id == "rl:18"]
+  cases = [moe[0], moe[-1], moe[-3], fp8[0], fp8[-1]] + deepseek
+  assert len(deepseek) == 1
+  from costmodel._src.fit import objective
+  with jax.enable_x64(True):
+    obj = objective.Objective(deepseek, cm.Efficiency(), cm_calibrate.DEFAULT_FIT)
+    z0 = {f: jnp.atleast_1d(objective._to_z(f, getattr(cm.Efficiency(), f)))
+          for f in cm_calibrate.DEFAULT_FIT}
+    loss, grad, _ = obj(z0, np.ones((1, 1)), np.array([1e6]))
+  assert np.isfinite(float(loss[0]))
+  g = np.array([float(v[0]) for v in grad.values()])
+  assert np.isfinite(g).all()
+  assert (g != 0.0).sum() >= 10  # the fields that were NaN or inf in float32 move it
+  result = cm.calibrate(cases, steps=8, learning_rate=0.1, prior=0.01, loss="huber",
+                        weighting="group")
+  assert np.isfinite(result.loss_history).all()
+  assert result.loss_history[-1] < result.loss_history[0]
+  for f in cm_calibrate.DEFAULT_FIT:
+    assert np.isfinite(float(getattr(result.efficiency, f))), f
+  assert all(np.isfinite(r.after) for r in result.rows)

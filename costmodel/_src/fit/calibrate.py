@@ -3,14 +3,19 @@
 The measurements are :class:`~costmodel._src.fit.validation.cases.Case` objects:
 a published or measured value and a function that predicts it from an
 :class:`Efficiency` through the same cost model the estimate uses. The fit
-minimises the mean squared log error over the fitted cases plus a prior that
-keeps each parameter near its default:
+minimises a weighted loss of the log errors over the fitted cases plus a prior
+that keeps each parameter near its default:
 
-    loss = mean_i (log pred_i - log meas_i)^2 + prior * sum_j (z_j - z0_j)^2
+    loss = sum_i w_i rho(log pred_i - log meas_i) + prior * sum_j (z_j - z0_j)^2
 
 where ``z`` is the unconstrained parameter: ``logit`` of a fraction (so no
 efficiency leaves (0, 1)) and ``log`` of a positive quantity (so no overhead
-turns negative). Held-out cases are predicted before and after the fit.
+turns negative). ``rho`` is the squared error or its Huber form (quadratic up to
+``huber_delta``, linear beyond, so a few rows the model cannot express do not
+drag every parameter), and the weights ``w`` sum to one, equal per case, per
+group or per source row. The prior's weight may be chosen by k-fold
+cross-validation on the fit cases alone (:mod:`costmodel._src.fit.cross_validate`).
+Held-out cases are predicted before and after the fit and never influence it.
 """
 
 from __future__ import annotations
@@ -20,16 +25,16 @@ import dataclasses
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 
+from costmodel._src.fit import cross_validate
+from costmodel._src.fit import objective as objective_lib
+from costmodel._src.fit.objective import FRACTIONS  # noqa: F401  (re-exported)
+from costmodel._src.fit.objective import WEIGHTINGS  # noqa: F401  (re-exported)
 from costmodel._src.fit.validation.cases import Case
 from costmodel._src.fit.validation.report import relative_error
 from costmodel._src.ops.efficiency import Efficiency
 
-FRACTIONS = ("attention_efficiency", "link_efficiency", "host_efficiency", "dp_overlap",
-             "train_efficiency")
 DEFAULT_FIT = ("matmul_half_rows", "attention_efficiency", "memory_half_time_s",
                "link_efficiency", "dp_overlap", "decode_step_overhead_s",
                "generate_overhead_s", "infer_overhead_s", "train_overhead_s",
@@ -37,19 +42,7 @@ DEFAULT_FIT = ("matmul_half_rows", "attention_efficiency", "memory_half_time_s",
                "cpu_optimizer_params_per_s", "decode_seq_overhead_s", "decode_rank_overhead_s",
                "eager_layer_overhead_s", "cross_node_step_overhead_s", "sync_per_bucket_s",
                "sync_export_bytes_per_s", "batch_transfer_bytes_per_s", "train_call_overhead_s")
-
-
-def _to_z(name: str, v):
-  v = jnp.asarray(v, float)
-  if name in FRACTIONS:
-    v = jnp.clip(v, 1e-4, 1 - 1e-4)
-    return jnp.log(v) - jnp.log1p(-v)
-  return jnp.log(jnp.maximum(v, 1e-12))
-
-
-def _from_z(name: str, z):
-  return jax.nn.sigmoid(z) if name in FRACTIONS else jnp.exp(z)
-
+LOSSES = ("squared", "huber")
 
 class CaseError(NamedTuple):
   row_id: str
@@ -78,12 +71,19 @@ class CalibrationResult:
     initial: The starting parameters.
     rows: Per-case errors before and after, fitted or held out.
     loss_history: The loss at each optimisation step.
+    prior: The prior weight used (the cross-validated choice when several
+      were offered).
+    cv_scores: Cross-validation score per prior weight offered (mean over
+      groups of the median absolute log error of the out-of-fold cases);
+      empty when one prior was given.
   """
 
   efficiency: Efficiency
   initial: Efficiency
   rows: tuple[CaseError, ...]
   loss_history: np.ndarray
+  prior: float = 0.01
+  cv_scores: dict = dataclasses.field(default_factory=dict)
 
   def summary_table(self) -> list[dict]:
     """Median and worst absolute error per (part, group), before and after."""
@@ -129,27 +129,42 @@ def split_cases(cases: Sequence[Case], holdout_fraction: float = 0.3, seed: int 
 def calibrate(fit: Sequence[Case], held_out: Sequence[Case] = (),
               efficiency: Efficiency | None = None, fields: Sequence[str] = DEFAULT_FIT,
               steps: int = 300, learning_rate: float = 0.05,
-              prior: float = 0.01) -> CalibrationResult:
+              prior: float | Sequence[float] = 0.01, *, loss: str = "squared",
+              huber_delta: float = 0.2, weighting: str = "case", folds: int = 3,
+              cv_seed: int = 0) -> CalibrationResult:
   """Fits ``fields`` of the efficiency parameters to the ``fit`` cases.
 
   Args:
     fit: Cases to fit.
-    held_out: Cases only reported, before and after.
+    held_out: Cases only reported, before and after; they influence nothing.
     efficiency: Starting parameters (defaults if None).
     fields: Names of the :class:`Efficiency` fields to fit.
     steps: Adam steps.
     learning_rate: Adam learning rate (on the unconstrained parameters).
-    prior: Weight of the pull towards the starting values.
+    prior: Weight of the pull towards the starting values, or several weights
+      to choose from by ``folds``-fold cross-validation on ``fit``.
+    loss: ``squared`` log error, or ``huber`` (quadratic up to
+      ``huber_delta`` in log error, linear beyond).
+    huber_delta: Log error at which the Huber loss turns linear (0.2: about
+      20% off).
+    weighting: ``case`` (every case alike), ``group`` (every group the same
+      total weight) or ``row`` (every source row the same total weight).
+    folds: Folds of the cross-validation (used only with several priors).
+    cv_seed: Seed of the folds.
 
   Returns:
     A :class:`CalibrationResult`.
 
   Raises:
-    ValueError: for no fit cases, an unknown field, or a non-positive
-      published value.
+    ValueError: for no fit cases, an unknown field, loss or weighting, a
+      non-positive published value, a negative prior or too few cases to fold.
   """
   if not fit:
     raise ValueError("calibrate: fit must hold at least one case")
+  if loss not in LOSSES:
+    raise ValueError(f"calibrate: loss={loss!r} must be one of {LOSSES}")
+  if loss == "huber" and not huber_delta > 0:
+    raise ValueError(f"calibrate: huber_delta={huber_delta} must be > 0")
   eff0 = efficiency if efficiency is not None else Efficiency()
   known = {f.name for f in dataclasses.fields(Efficiency)}
   for f in fields:
@@ -158,56 +173,23 @@ def calibrate(fit: Sequence[Case], held_out: Sequence[Case] = (),
   for c in list(fit) + list(held_out):
     if not np.isfinite(c.published) or c.published <= 0:
       raise ValueError(f"calibrate: case {c.row_id} published={c.published} must be > 0")
-  fields = tuple(fields)
-  z0 = {f: _to_z(f, getattr(eff0, f)) for f in fields}
-  targets = jnp.log(jnp.asarray([c.published for c in fit], float))
-
-  def make(z):
-    return dataclasses.replace(eff0, **{f: _from_z(f, z[f]) for f in fields})
-
-  # One jitted loss per source row (the cases of one run share its estimate),
-  # summed in Python: many small programs compile far faster than one huge one.
-  groups: dict[str, list[int]] = {}
-  for i, c in enumerate(fit):
-    groups.setdefault(c.row_id, []).append(i)
-  n_fit = float(len(fit))
-
-  def group_loss(z, idx):
-    eff = make(z)
-    preds = jnp.stack([jnp.asarray(fit[i].predict(eff), float) for i in idx])
-    err = jnp.log(jnp.maximum(preds, 1e-12)) - targets[jnp.asarray(idx)]
-    return jnp.sum(err**2) / n_fit
-
-  group_fns = [jax.jit(jax.value_and_grad(lambda z, idx=tuple(idx): group_loss(z, list(idx))))
-               for idx in groups.values()]
-  prior_fn = jax.jit(jax.value_and_grad(
-      lambda z: prior * sum(jnp.sum((z[f] - z0[f]) ** 2) for f in fields)))
-
-  opt = optax.chain(optax.zero_nans(), optax.clip_by_global_norm(1.0),
-                    optax.adam(learning_rate))
-
-  def step(z, state):
-    loss, grad = prior_fn(z)
-    for fn in group_fns:
-      l_g, g_g = fn(z)
-      loss = loss + l_g
-      grad = jax.tree_util.tree_map(jnp.add, grad, g_g)
-    # A non-finite gradient of one case (an infinite slope where a smooth
-    # surrogate meets a hard bound) must not poison the others' update.
-    grad = jax.tree_util.tree_map(lambda g: jnp.where(jnp.isfinite(g), g, 0.0), grad)
-    updates, state = opt.update(grad, state, z)
-    return optax.apply_updates(z, updates), state, loss
-
-  z = dict(z0)
-  state = opt.init(z)
-  history = []
-  for _ in range(steps):
-    z, state, loss = step(z, state)
-    history.append(float(loss))
-  fitted = make(z)
+  priors = np.atleast_1d(np.asarray(prior, float))
+  if priors.size == 0 or (priors < 0).any():
+    raise ValueError(f"calibrate: prior={prior} must be one or more weights >= 0")
+  delta = huber_delta if loss == "huber" else 1e6
+  # In float32 the jitted gradient of some runs overflows (DeepSeek-V3 on 96
+  # H20: NaN and inf in 18 of the 22 default fields, where the same gradient
+  # evaluated op by op, or in float64, is finite), and one such row used to
+  # zero those fields' gradient for every row. The fit runs in float64.
+  with jax.enable_x64(True):
+    objective = objective_lib.Objective(fit, eff0, tuple(fields))
+    weights = objective_lib.case_weights(fit, weighting)
+    chosen, z, history, scores = cross_validate.choose(
+        objective, weights, priors, delta, steps, learning_rate, folds, cv_seed)
+    fitted = objective.make(z)
+    fitted = dataclasses.replace(fitted, **{f: float(getattr(fitted, f)) for f in fields})
   rows = []
   for c, is_fit in [(c, True) for c in fit] + [(c, False) for c in held_out]:
     rows.append(CaseError(c.row_id, c.group, c.label, float(c.published),
                           float(c.predict(eff0)), float(c.predict(fitted)), is_fit))
-  fitted = dataclasses.replace(fitted, **{f: float(getattr(fitted, f)) for f in fields})
-  return CalibrationResult(fitted, eff0, tuple(rows), np.asarray(history))
+  return CalibrationResult(fitted, eff0, tuple(rows), history, chosen, scores)
