@@ -19,6 +19,7 @@ import numpy as np
 
 import costmodel as cm
 from search._src import evaluate
+from search._src import frameworks as fw_lib
 from search._src import result as result_lib
 from search._src import rounding
 from search._src import space as space_lib
@@ -139,61 +140,88 @@ class _TopK:
     self.ranked = result_lib.Ranked(*(a[:self.k] for a in merged))
 
 
-class _Run:
-  """One baseline run: the clock, the family's valid space, its exact
-  evaluator (``chunk`` rows per compiled call) and the running top-k."""
+# Ranked plans kept beyond the top-k, for those the chosen framework's exporter refuses.
+_SPARE = 16
 
-  def __init__(self, job, cluster, family, space, efficiency, chunk: int, top_k: int):
+
+class _Run:
+  """One baseline run: the clock, the family's valid space in ``framework``'s
+  space (the one :func:`search.optimize` searches), its exact evaluator
+  (``chunk`` rows per compiled call) and the running top-k."""
+
+  def __init__(self, job, cluster, family, space, efficiency, chunk: int, top_k: int,
+               framework: str = "any"):
     self.t0 = time.perf_counter()
-    self.fs = _family_space(job, cluster, family, space)
+    self.job, self.cluster, self.framework = job, cluster, framework
+    self.fs = _family_space(job, cluster, family, space, framework)
     self.blocks = _Blocks(self.fs)
     self.ev = evaluate.Evaluator(self.fs, efficiency, chunk=chunk)
-    self.top = _TopK(top_k)
+    self.top = _TopK(top_k + _SPARE)
     self.top_k = top_k
 
   def elapsed_s(self) -> float:
     return time.perf_counter() - self.t0
 
+  def _runs(self, row: np.ndarray) -> bool:
+    plan = self.fs.to_plan(np.asarray(row, np.float64))
+    return fw_lib.export_error(self.framework, plan, self.job, self.cluster) is None
+
   def result(self, method: str, size: int = 0) -> SearchResult:
-    """The run's :class:`SearchResult`: its top feasible plans scored exactly,
-    or why none was found (the least-bad plan's violations)."""
+    """The run's :class:`SearchResult`: its top feasible plans that the framework
+    runs, scored exactly, or why none was found (the least-bad plan's violations)."""
     fs, ev, r = self.fs, self.ev, self.top.ranked
     plans = []
     if r is not None and r.feasible.any():
-      plans = result_lib.exact_plans(ev, r.values[np.flatnonzero(r.feasible)[:self.top_k]])
+      rows = [i for i in np.flatnonzero(r.feasible) if self._runs(r.values[i])][:self.top_k]
+      plans = result_lib.exact_plans(ev, r.values[rows]) if rows else []
     best = plans[0] if plans else (None, None)
     reason = None
     if not plans:
       reason = f"no feasible plan found in family {fs.family!r}"
-      if r is not None and len(r.values):
+      if r is not None and r.feasible.any():
+        reason += f" that {self.framework} runs"
+      elif r is not None and len(r.values):
         est = ev.estimates(r.values[:1])[0]
         reason += "; the least-bad: " + result_lib.least_bad_reason(est)
+    accepted = fw_lib.accepting(best[0], self.job, self.cluster) if plans else ()
     return SearchResult(method=method, family=fs.family, best_plan=best[0],
                         best_estimate=best[1], top=tuple(plans),
                         top_families=(fs.family,) * len(plans), evaluations=ev.count,
                         space_size=size, wall_time_s=self.elapsed_s(),
-                        infeasible_reason=reason,
+                        infeasible_reason=reason, framework=self.framework,
+                        accepted_by=accepted,
                         best_by_family_s={fs.family: float(best[1].step_time_s) if plans
                                           else np.inf})
 
 
-def _family_space(job, cluster, family, space) -> space_lib.FamilySpace:
-  fs = space_lib.build(family, job, cluster, space)
+def _family_space(job, cluster, family, space, framework: str = "any"
+                  ) -> space_lib.FamilySpace:
+  """``family``'s space as :func:`search.optimize` builds it for ``framework``
+  (:meth:`Framework.build`: its rules, node layout, ties and forced settings)."""
+  fw = fw_lib.get(framework)
+  if family not in space_lib.FAMILIES:
+    raise ValueError(f"family={family!r} is not one of {space_lib.FAMILIES}")
+  runs = fw_lib.families_for(job, framework, max_staleness=1, partial_rollout=True)
+  if cm.placement(family).applies_to(job) and family not in runs:
+    raise ValueError(f"family={family!r} is not a placement {framework=} runs for this job "
+                     f"(it runs {runs})")
+  fs = fw.build(family, job, cluster, space)
   if fs is None:
     raise ValueError(f"family={family!r} cannot hold the job on {cluster.n_gpus} GPUs")
   return fs
 
 
 def space_size(job: cm.RLJob, cluster: cm.Cluster, family: str,
-               space: space_lib.SpaceOptions | None = None) -> int:
-  """Number of valid discrete plans of ``family`` (what enumeration scores)."""
-  return _Blocks(_family_space(job, cluster, family, space)).size
+               space: space_lib.SpaceOptions | None = None, framework: str = "any") -> int:
+  """Number of valid discrete plans of ``family`` in ``framework``'s space (what
+  enumeration scores)."""
+  return _Blocks(_family_space(job, cluster, family, space, framework)).size
 
 
 def enumerate_plans(job: cm.RLJob, cluster: cm.Cluster, family: str,
                     space: space_lib.SpaceOptions | None = None, chunk_size: int = 65536,
                     top_k: int = 5, efficiency: cm.Efficiency | None = None,
-                    max_plans: int | None = None) -> SearchResult:
+                    max_plans: int | None = None, framework: str = "any") -> SearchResult:
   """Scores every valid discrete plan of ``family`` exactly; keeps the top-k.
 
   Args:
@@ -206,12 +234,16 @@ def enumerate_plans(job: cm.RLJob, cluster: cm.Cluster, family: str,
     top_k: Plans to keep.
     efficiency: Efficiency parameters.
     max_plans: Refuse spaces with more valid plans than this.
+    framework: ``any`` or a framework: the space :func:`search.optimize` searches
+      for it (its rules, node layout, ties and forced settings); the plans kept
+      are those its exporter accepts.
 
   Raises:
-    ValueError: when the space holds more than ``max_plans`` plans, or the
-      family cannot hold the job.
+    ValueError: when the space holds more than ``max_plans`` plans, the family
+      cannot hold the job or is not one ``framework`` runs, or for an unknown
+      framework.
   """
-  run = _Run(job, cluster, family, space, efficiency, chunk_size, top_k)
+  run = _Run(job, cluster, family, space, efficiency, chunk_size, top_k, framework)
   blocks, ev, top = run.blocks, run.ev, run.top
   size = blocks.size
   if max_plans is not None and size > max_plans:
@@ -237,11 +269,12 @@ def random_search(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_s: flo
                   seed: int = 0, space: space_lib.SpaceOptions | None = None,
                   batch: int = 4096, top_k: int = 5,
                   efficiency: cm.Efficiency | None = None,
-                  max_evaluations: int | None = None) -> SearchResult:
+                  max_evaluations: int | None = None, framework: str = "any"
+                  ) -> SearchResult:
   """Uniform samples of the valid space scored exactly until ``budget_s``
   seconds have passed (at least one batch) or ``max_evaluations`` plans are
-  scored, whichever comes first."""
-  run = _Run(job, cluster, family, space, efficiency, batch, top_k)
+  scored, whichever comes first; ``framework`` as in :func:`enumerate_plans`."""
+  run = _Run(job, cluster, family, space, efficiency, batch, top_k, framework)
   rng = np.random.default_rng(seed)
   left = max_evaluations if max_evaluations is not None else np.inf
   while left > 0:
@@ -257,9 +290,11 @@ def simulated_annealing(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_
                         seed: int = 0, space: space_lib.SpaceOptions | None = None,
                         chains: int = 1024, t_start: float = 0.1, t_end: float = 0.002,
                         top_k: int = 5, efficiency: cm.Efficiency | None = None,
-                        max_evaluations: int | None = None) -> SearchResult:
+                        max_evaluations: int | None = None, framework: str = "any"
+                        ) -> SearchResult:
   """Batched simulated annealing on the exact model until ``budget_s`` (or
-  ``max_evaluations`` scored plans).
+  ``max_evaluations`` scored plans), in ``framework``'s space (as in
+  :func:`enumerate_plans`).
 
   ``chains`` independent chains start from uniform samples; each iteration
   proposes one random neighbour per chain (one variable moved by one option,
@@ -267,7 +302,7 @@ def simulated_annealing(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_
   ``min(1, exp(-(log t_new - log t_old) / T))``; ``T`` falls geometrically
   from ``t_start`` to ``t_end`` over the time budget.
   """
-  run = _Run(job, cluster, family, space, efficiency, chains, top_k)
+  run = _Run(job, cluster, family, space, efficiency, chains, top_k, framework)
   fs, ev, top = run.fs, run.ev, run.top
   rng = np.random.default_rng(seed)
   cur = run.blocks.sample(rng, chains)

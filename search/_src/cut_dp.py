@@ -273,7 +273,7 @@ def cut_dp(job: cm.RLJob, cluster: cm.Cluster, budget_s: float | None = None,
         break
   if pending:
     _flush(runs[pending[0][0]], pending)
-  return _final(runs, combos, keep, top_k, t0)
+  return _final(runs, combos, keep, top_k, t0, fw.name)
 
 
 def _flush(run: _Family, pending: list) -> None:
@@ -321,8 +321,10 @@ def _exact_estimates(ev: evaluate.Evaluator, values: np.ndarray) -> _Batch:
   return _Batch(names, *(np.concatenate(a, 0) for a in zip(*parts, strict=True)))
 
 
-def _final(runs: list[_Family], combos: int, keep: int, top_k: int, t0: float) -> SearchResult:
-  """Scores each family's best DP combinations exactly and ranks them together."""
+def _final(runs: list[_Family], combos: int, keep: int, top_k: int, t0: float,
+           framework: str = "any") -> SearchResult:
+  """Scores each family's best DP combinations exactly and ranks them together; keeps
+  those ``framework``'s exporter accepts."""
   scored, best_by = [], {}
   for run in runs:
     cand = [run.candidates(p, keep) for p in run.combine(combos)]
@@ -347,11 +349,24 @@ def _final(runs: list[_Family], combos: int, keep: int, top_k: int, t0: float) -
                         infeasible_reason="the cut DP found no feasible plan in families "
                         f"{', '.join(run.fs.family for run in runs)}")
   plans, fams = [], []
-  for _, j, i in entries[:top_k]:
+  for _, j, i in entries:
     run, r = scored[j]
+    job, cluster = run.fs.job, run.fs.cluster
+    if fw_lib.export_error(framework, run.fs.to_plan(r.values[i]), job, cluster) is not None:
+      continue
     plans += result_lib.exact_plans(run.ev, r.values[i:i + 1])
     fams.append(run.fs.family)
+    if len(plans) == top_k:
+      break
+  if not plans:
+    return SearchResult(method="cut_dp", evaluations=evaluations, space_size=size,
+                        wall_time_s=time.perf_counter() - t0, best_by_family_s=best_by,
+                        framework=framework, infeasible_reason="the cut DP found no feasible "
+                        f"plan that {framework} runs")
   return SearchResult(method="cut_dp", family=fams[0], best_plan=plans[0][0],
                       best_estimate=plans[0][1], top=tuple(plans), top_families=tuple(fams),
                       evaluations=evaluations, space_size=size,
-                      wall_time_s=time.perf_counter() - t0, best_by_family_s=best_by)
+                      wall_time_s=time.perf_counter() - t0, best_by_family_s=best_by,
+                      framework=framework,
+                      accepted_by=fw_lib.accepting(plans[0][0], runs[0].fs.job,
+                                                   runs[0].fs.cluster))

@@ -19,8 +19,14 @@ mini-batch splits over the training pool's data-parallel ranks) and drops the
 framework-specific ones. Every plan of a framework's space is the plan as the
 framework runs it (``Exporter.adapt``: its weight sync, where it keeps a role's
 state, applied by ``Structure.to_plan``), so the relaxed search and the exact
-ranking see what the framework runs. The exporter stays the final word: the search
-keeps only plans the chosen framework's exporter accepts (:func:`export_error`).
+ranking see what the framework runs; a variable those settings override (every option
+the same plan: veRL's FSDP reference ``offload``, slime's reference and critic
+``offload``) keeps its effective option only, found on probe plans
+(:func:`search._src.space_structure.dead_variables`). The exporter stays the final
+word: the search keeps only plans the chosen framework's exporter accepts
+(:func:`export_error`). The baselines (:func:`search.random_search`,
+:func:`search.simulated_annealing`, :func:`search.enumerate_plans`,
+:func:`search.cut_dp`) take the same ``framework=`` and search the same space.
 """
 
 from __future__ import annotations

@@ -64,6 +64,7 @@ from search._src.space_options import pool_sizes
 from search._src.space_options import training_pool_sizes
 from search._src.space_relaxed import FamilyRelaxed
 from search._src.space_structure import Structure
+from search._src.space_structure import dead_variables
 from search._src.space_structure import layout_violation
 from search._src.space_structure import memory_excess
 from search._src.space_validity import FamilyValidity
@@ -149,7 +150,10 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
       :class:`Structure`); pairs naming a variable the job lacks are dropped.
     rule_sets: Optional rule sets of the rule table the layouts obey.
     runs_as: ``any`` or the framework (:data:`export.FRAMEWORKS`) whose forced
-      settings every plan of the space gets (see :class:`Structure`).
+      settings every plan of the space gets (see :class:`Structure`); a variable
+      they override (every option the same plan, e.g. veRL's FSDP reference
+      ``offload``, slime's critic ``offload``) keeps its effective option only
+      (:func:`~search._src.space_structure.dead_variables`).
 
   Returns:
     A :class:`FamilySpace`, or None when the family cannot hold the job on
@@ -235,4 +239,8 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
   rule_sets = tuple(rule_sets) + (() if "interleave" in rule_sets else ("interleave",))
   structure = Structure(family=family, roles=roles, names=names, n_gpus=n, ties=ties,
                         rule_sets=rule_sets, runs_as=runs_as)
+  # A variable the framework's forced settings override keeps its effective option.
+  dead = dead_variables(structure, tuple(v.options for v in vars_))
+  vars_ = [Var(v.name, v.kind, np.asarray([dead[v.name]])) if v.name in dead else v
+           for v in vars_]
   return FamilySpace(structure=structure, vars=tuple(vars_), job=job, cluster=cluster)

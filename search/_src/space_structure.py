@@ -101,6 +101,82 @@ class Structure:
     return plan if self.runs_as == "any" else export.get(self.runs_as).adapt(plan)
 
 
+def _plan_or_none(structure: Structure, row: np.ndarray) -> cm.Plan | None:
+  try:
+    return structure.to_plan(row)
+  except ValueError:  # a probe row no plan has (e.g. vpp > 1 with pp = 1)
+    return None
+
+
+def _with(row: np.ndarray, j: int, value: float) -> np.ndarray:
+  v = row.astype(np.float64)
+  v[j] = value
+  return v
+
+
+def _is_dead(structure: Structure, rows, row_plans, j: int, opts) -> bool:
+  """Whether on every row every option of column ``j`` that makes a plan makes the same
+  one (and some row compares two); stops at the first difference."""
+  compared = False
+  for row, own in zip(rows, row_plans, strict=True):
+    first = None
+    for o in opts:
+      plan = own if o == row[j] else _plan_or_none(structure, _with(row, j, o))
+      if plan is None:
+        continue
+      if first is None:
+        first = plan
+      elif plan != first:
+        return False
+      else:
+        compared = True
+  return compared
+
+
+def _leaf_diffs(a: cm.Plan, b: cm.Plan) -> int:
+  return sum(int(np.any(np.asarray(x) != np.asarray(y)))
+             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
+
+
+def dead_variables(structure: Structure, options: tuple[np.ndarray, ...], probes: int = 6,
+                   seed: int = 0) -> dict[str, float]:
+  """The variables whose options all give the same plan as ``structure.runs_as``
+  runs it (its forced settings override them), each with its effective option.
+
+  Derived on probes: the value vectors of the first options, the last options and
+  ``probes`` random draws (seeded); a variable is dead when on every probe
+  every option that makes a plan makes the same plan (and some probe compares
+  two). Its effective option is the one the forced settings change least (the
+  fewest plan fields differ before and after ``adapt`` on the first two probes; the
+  first on a tie),
+  e.g. veRL's FSDP reference ``offload`` 1.
+
+  Args:
+    structure: The family's structure (``any``: no forced settings, none dead).
+    options: Each variable's options, in the order of ``structure.names``.
+    probes: Random probe vectors besides the first and last options.
+    seed: Seed of the random probes.
+
+  Returns:
+    ``{name: effective option}`` of the dead variables.
+  """
+  if structure.runs_as == "any":
+    return {}
+  raw = dataclasses.replace(structure, runs_as="any")
+  rng = np.random.default_rng(seed)
+  rows = [np.asarray([o[0] for o in options]), np.asarray([o[-1] for o in options])]
+  rows += [np.asarray([rng.choice(o) for o in options]) for _ in range(probes)]
+  row_plans = [_plan_or_none(structure, row) for row in rows]
+  out = {}
+  for j, (name, opts) in enumerate(zip(structure.names, options, strict=True)):
+    if len(opts) >= 2 and _is_dead(structure, rows, row_plans, j, opts):
+      cost = [sum(_leaf_diffs(p, raw.to_plan(v)) for row in rows[:2]
+                  if (p := _plan_or_none(structure, v := _with(row, j, o))) is not None)
+              for o in opts]
+      out[name] = float(opts[int(np.argmin(cost))])
+  return out
+
+
 def _role_model(job: cm.RLJob, role: str) -> cm.ModelSpec:
   return {"actor": job.actor, "critic": job.critic, "reward": job.reward_model}[role]
 
