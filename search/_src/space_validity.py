@@ -117,9 +117,13 @@ class FamilyValidity:
     for role in self.structure.roles:
       src = "actor" if role == "reference" else role
       get = lambda d, src=src: self.col(values, f"{src}.{d}")
+      # A role's inference layout runs its training chunks (the reference the
+      # actor's); a column at 0 (rows built without the variable) means 1.
+      vpp = (np.maximum(get("vpp"), 1.0) if f"{src}.vpp" in self.structure.names else 1.0)
       for trained in ((True, False) if role in _TRAINED else (False,)):
         fields = cm.layout_fields(_role_model(self.job, src), self.pool_of(values, role),
                                   get("tp"), get("pp"), get("cp"), get("ep"), zero=get("zero"),
+                                  vpp=vpp,
                                   micro_batch=get("mb_train" if trained else "mb_infer"),
                                   samples=samples, mini_batch_samples=mini,
                                   trained=trained)
