@@ -53,6 +53,7 @@ import itertools
 import math
 import time
 
+import jax
 import numpy as np
 
 import costmodel as cm
@@ -279,11 +280,11 @@ def cut_dp(job: cm.RLJob, cluster: cm.Cluster, budget_s: float | None = None,
 def _flush(run: _Family, pending: list) -> None:
   """Scores the pending leaf rows of one family and stores each leaf's best few."""
   values = np.concatenate([rows for _, _, _, rows in pending], 0)
-  est = _exact_estimates(run.ev, values)
+  _, est = run.ev.scores(values, with_estimates=True)
   start = 0
   for _, k, key, rows in pending:
-    sub = _slice(est, start, start + len(rows))
-    cost, ok, excess = run.leaf_cost(k, sub)
+    end = start + len(rows)
+    cost, ok, excess = run.leaf_cost(k, jax.tree.map(lambda a, lo=start, hi=end: a[lo:hi], est))
     # Feasible layouts by time; when none fits next to the anchor, the least
     # bad (the exact scoring of the products decides).
     order = result_lib.ranking(cost, ok, excess)[:run.keep]
@@ -291,34 +292,6 @@ def _flush(run: _Family, pending: list) -> None:
     dp_cost = np.where(ok[order], cost[order], result_lib.objective(cost, ok, excess)[order])
     run.memo[(k, key)] = (rows[order][:, list(idx)], dp_cost)
     start += len(rows)
-
-
-class _Batch:
-  """The stage arrays of a batch of estimates (numpy), as leaf costs read them."""
-
-  def __init__(self, names, start_s, end_s, excess):
-    self.stage_names, self.start_s, self.end_s, self.memory_excess = names, start_s, end_s, excess
-
-
-def _slice(b: _Batch, lo: int, hi: int) -> _Batch:
-  return _Batch(b.stage_names, b.start_s[lo:hi], b.end_s[lo:hi], b.memory_excess[lo:hi])
-
-
-def _exact_estimates(ev: evaluate.Evaluator, values: np.ndarray) -> _Batch:
-  """Exact estimates' stage arrays of ``values``, in chunks of the evaluator's
-  compiled size (the same compiled function as :meth:`Evaluator.estimates`)."""
-  values = np.asarray(values, np.float32)
-  parts, names = [], None
-  for lo in range(0, len(values), ev.chunk):
-    part = values[lo:lo + ev.chunk]
-    m = len(part)
-    if m < ev.chunk:
-      part = np.concatenate([part, np.repeat(part[-1:], ev.chunk - m, 0)], 0)
-    est, _ = ev._run_full(part)  # pylint: disable=protected-access
-    names = est.stage_names
-    parts.append(tuple(np.asarray(a)[:m] for a in (est.start_s, est.end_s, est.memory_excess)))
-  ev.count += len(values)
-  return _Batch(names, *(np.concatenate(a, 0) for a in zip(*parts, strict=True)))
 
 
 def _final(runs: list[_Family], combos: int, keep: int, top_k: int, t0: float,

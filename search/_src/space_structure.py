@@ -181,18 +181,30 @@ def _role_model(job: cm.RLJob, role: str) -> cm.ModelSpec:
   return {"actor": job.actor, "critic": job.critic, "reward": job.reward_model}[role]
 
 
-def _role_layout_fields(structure: Structure, job: cm.RLJob, role: str, get, gpus, xp) -> dict:
+def _role_layout_fields(structure: Structure, job: cm.RLJob, role: str, get, gpus, xp,
+                        phase: str | None = None) -> dict:
   """The rule table's ``layout`` fields of ``role`` (``get(name)``: a column of
-  values, numpy or jax); a trained role carries its batch (the batch rules)."""
-  trained = role in _TRAINED
+  values, numpy or jax); a trained role carries its batch (the batch rules).
+
+  ``phase`` None: the role's training layout if it is trained, else a layout
+  without micro-batch; ``"train"`` or ``"infer"``: that phase's layout as the plan
+  builds it (:meth:`Structure.to_plan`: the phase's micro-batch, the training
+  chunks ``vpp`` in both, a column at 0 from rows built without the variable
+  read as 1).
+  """
+  trained = role in _TRAINED if phase is None else phase == "train"
   samples = job.samples_per_step
   if xp is np:
     samples = float(samples)
-  vpp = get(f"{role}.vpp") if trained and f"{role}.vpp" in structure.names else 1.0
+  vpp = 1.0
+  if f"{role}.vpp" in structure.names and (trained or phase is not None):
+    vpp = get(f"{role}.vpp")
+    vpp = np.maximum(vpp, 1.0) if xp is np else vpp
+  mb = {None: "mb_train" if trained else None, "train": "mb_train", "infer": "mb_infer"}[phase]
   return cm.layout_fields(_role_model(job, role), gpus,
                           *(get(f"{role}.{d}") for d in ("tp", "pp", "cp", "ep")),
                           zero=get(f"{role}.zero"), vpp=vpp,
-                          micro_batch=get(f"{role}.mb_train") if trained else 1.0,
+                          micro_batch=get(f"{role}.{mb}") if mb else 1.0,
                           samples=samples, mini_batch_samples=samples / job.mini_batches,
                           trained=trained)
 

@@ -14,7 +14,6 @@ from search._src.space_options import _TRAINED
 from search._src.space_options import _cover
 from search._src.space_options import _step_option
 from search._src.space_structure import _role_layout_fields
-from search._src.space_structure import _role_model
 
 
 class FamilyValidity:
@@ -111,22 +110,12 @@ class FamilyValidity:
     for p in self.structure.pools:
       ok &= cm.rule_mask("pool", {"gpus": self.col(values, f"pool.{p}")})
     ok &= cm.rule_mask("pools", self._pools_fields(values))
-    # validate_plan's batch: samples per step in float64.
-    samples = float(self.job.prompts_per_step) * float(self.job.samples_per_prompt)
-    mini = samples / self.job.mini_batches
+    col = lambda n: self.col(values, n)
     for role in self.structure.roles:
-      src = "actor" if role == "reference" else role
-      get = lambda d, src=src: self.col(values, f"{src}.{d}")
-      # A role's inference layout runs its training chunks (the reference the
-      # actor's); a column at 0 (rows built without the variable) means 1.
-      vpp = (np.maximum(get("vpp"), 1.0) if f"{src}.vpp" in self.structure.names else 1.0)
-      for trained in ((True, False) if role in _TRAINED else (False,)):
-        fields = cm.layout_fields(_role_model(self.job, src), self.pool_of(values, role),
-                                  get("tp"), get("pp"), get("cp"), get("ep"), zero=get("zero"),
-                                  vpp=vpp,
-                                  micro_batch=get("mb_train" if trained else "mb_infer"),
-                                  samples=samples, mini_batch_samples=mini,
-                                  trained=trained)
+      src = "actor" if role == "reference" else role  # the reference runs the actor's
+      for phase in (("train", "infer") if role in _TRAINED else ("infer",)):
+        fields = _role_layout_fields(self.structure, self.job, src, col,
+                                     self.pool_of(values, role), np, phase)
         ok &= cm.rule_mask("layout", fields)
     return ok & cm.rule_mask("engine", self._engine_fields(values))
 
