@@ -43,6 +43,7 @@ episode) the sandbox binds and ``gen`` comes out within 1%.
 from __future__ import annotations
 
 from costmodel._src.fit.validation import rl_cases
+from costmodel._src.ops.efficiency import Efficiency
 from costmodel._src.specs import model_presets
 from costmodel._src.specs.job import ResponseLength
 from costmodel._src.specs.job import RLJob
@@ -145,7 +146,6 @@ def cases(turns: int = TURNS) -> list:
 
 def sensitivity(turns_options=(2, 4, 8)) -> dict[int, dict[str, float]]:
   """Prediction / published - 1 of every case at each assumed turn count."""
-  from costmodel._src.ops.efficiency import Efficiency  # pylint: disable=g-import-not-at-top
   eff = Efficiency()
   return {t: {c.label: c.predict(eff) / c.published - 1.0 for c in cases(t)}
           for t in turns_options}
