@@ -31,6 +31,12 @@ from costmodel._src.ops import smooth
 # and BF16 kernel rows; mapped to BF16 by the peak ratio.
 MATMUL_HALF_WIDTH = 320.0
 MATMUL_WIDTH_EXPONENT = 1.5
+# GEMM operand stream (see stream_efficiency): fitted on the memory-bandwidth
+# column of DeepGEMM's dense FP8 rows at M = 64 and 128 (deepseek-ai/DeepGEMM
+# README.md @55ab91f: 1,688 and 1,509 GB/s at N = 2,112, 2,320 and 2,221 at
+# N = 4,096, 2,277-2,668 at N = 7,168, on H800's 3.35 TB/s).
+MATMUL_STREAM_HALF_BYTES = 1700.0
+MATMUL_STREAM_EXPONENT = 2.0
 
 
 @pytree.pytree_dataclass
@@ -123,6 +129,11 @@ class Efficiency:
       fitted on the Megatron-Core MoE recipe rows of the validation set.
     convert_per_tensor_s: Weight-sync cost per tensor of a format conversion
       (BF16 trainer to FP8 engine: block scales, quantisation kernels).
+    matmul_stream_half_bytes: Output width of a GEMM, in bytes of its input
+      format (N x bytes per element), at which its operand stream reaches
+      half the HBM efficiency of a wide one; see :func:`stream_efficiency`.
+      1,700 B: DeepGEMM's memory-bound FP8 GEMMs (M <= 128) stream 1.5-1.7
+      TB/s at N = 2,112 against 2.3-2.7 TB/s at N >= 4,096 on H800.
   """
 
   matmul_half_rows: jax.Array | float = 48.0
@@ -161,6 +172,7 @@ class Efficiency:
   moe_imbalance: jax.Array | float = 1.0
   moe_layer_overhead_s: jax.Array | float = 1.5e-3
   convert_per_tensor_s: jax.Array | float = 1.2e-4
+  matmul_stream_half_bytes: jax.Array | float = MATMUL_STREAM_HALF_BYTES
 
   def __post_init__(self):
     pytree.check_positive(
@@ -174,7 +186,8 @@ class Efficiency:
         batch_transfer_bytes_per_s=self.batch_transfer_bytes_per_s,
         matmul_half_width=self.matmul_half_width,
         matmul_tile_rows=self.matmul_tile_rows,
-        matmul_width_exponent=self.matmul_width_exponent)
+        matmul_width_exponent=self.matmul_width_exponent,
+        matmul_stream_half_bytes=self.matmul_stream_half_bytes)
     pytree.check_fraction(
         "Efficiency", attention_efficiency=self.attention_efficiency,
         link_efficiency=self.link_efficiency,
@@ -259,3 +272,34 @@ def gemm_efficiency(rows, eff_max, eff: Efficiency, n=None, k=None, speedup=1.0)
       e = saturating_efficiency(width, e, eff.matmul_half_width * speedup,
                                 eff.matmul_width_exponent)
   return e
+
+
+def stream_efficiency(width_bytes, eff_mem, eff: Efficiency) -> jax.Array:
+  """HBM efficiency of a GEMM's operand stream at output width ``width_bytes``.
+
+      eff = eff_mem / (1 + (W_half / (N b)) ** 2)
+
+  A GEMM without split-K covers its N output columns with tiles, each
+  holding ``stages x K-tile`` elements of its weight columns in flight; the
+  bytes in flight over the whole GPU are ``N b x stages x K-tile`` (``b``
+  bytes per input element), and by Little's law the stream runs at most at
+  those bytes over the HBM latency. A memory-bound GEMM with a short M
+  (decode, small-batch projections) and a narrow N therefore streams below
+  the HBM plateau, and an FP8 GEMM (``b = 1``) of the same N holds half the
+  bytes in flight of a BF16 one: DeepGEMM's FP8 kernels at M <= 128 reach
+  1.5-1.7 TB/s at N = 2,112. DeepGEMM keeps 128 x 8 = 1,024 elements of K
+  in flight per column, so at ``W_half`` = 1,700 B it holds 1.7 MB in
+  flight, which drains at the H800 plateau (2.9 TB/s) in 0.6 us, an HBM
+  latency of the usual order.
+  Compute-bound GEMMs are untouched (the roofline takes the larger time).
+
+  Args:
+    width_bytes: ``N x b``, the output width in bytes of the input format.
+    eff_mem: HBM efficiency of the transfer ignoring its width.
+    eff: Efficiency parameters (``matmul_stream_half_bytes``).
+
+  References: Little's law; DeepGEMM ``deep_gemm/jit_kernels/gemm.py``
+  @55ab91f (block K 128, up to 8 pipeline stages); README dense GEMM table.
+  """
+  return saturating_efficiency(width_bytes, eff_mem, eff.matmul_stream_half_bytes,
+                               MATMUL_STREAM_EXPONENT)

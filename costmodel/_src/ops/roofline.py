@@ -52,8 +52,13 @@ def compute_time(flops, rows, hw: Hardware, eff: eff_lib.Efficiency,
   return flops / (peak_d * peak_scale * e)
 
 
-def memory_time(nbytes, hw: Hardware, eff: eff_lib.Efficiency, n_ops=1.0) -> jax.Array:
+def memory_time(nbytes, hw: Hardware, eff: eff_lib.Efficiency, n_ops=1.0,
+                width_bytes=None) -> jax.Array:
   """Time to stream ``nbytes`` through HBM in ``n_ops`` equal transfers.
+
+  ``width_bytes``, when given, is the output width of the GEMM whose operands
+  these are, in bytes of its input format: a narrow GEMM streams its weights
+  with few bytes in flight (:func:`efficiency.stream_efficiency`).
 
   Zero for zero bytes, with finite gradients there (double ``where``: the
   efficiency of an empty transfer underflows, and ``0 / e`` would give NaN
@@ -64,6 +69,8 @@ def memory_time(nbytes, hw: Hardware, eff: eff_lib.Efficiency, n_ops=1.0) -> jax
   safe_ideal = jnp.where(ok, ideal, 1.0)
   e = eff_lib.saturating_efficiency(safe_ideal / n_ops, hw.hbm_efficiency_max,
                                     eff.memory_half_time_s, eff.memory_exponent)
+  if width_bytes is not None:
+    e = eff_lib.stream_efficiency(width_bytes, e, eff)
   return jnp.where(ok, safe_ideal / e, 0.0)
 
 
@@ -87,7 +94,8 @@ def roofline(flops, nbytes, rows, hw: Hardware, eff: eff_lib.Efficiency, n_ops=1
   """
   t_c = (compute_time(flops, rows, hw, eff, peak_scale, n=n, k=k, dtype=dtype)
          if compute_s is None else compute_s)
-  t_m = memory_time(nbytes, hw, eff, n_ops)
+  width_bytes = None if n is None else n * precision_lib.DTYPE_BYTES[dtype]
+  t_m = memory_time(nbytes, hw, eff, n_ops, width_bytes)
   t = smooth.smax(t_c, t_m, tau)
   w = jax.nn.sigmoid(8.0 * (smooth.safe_log(t_c) - smooth.safe_log(t_m)))
   w = jnp.where((t_c == 0) & (t_m == 0), 0.5, w)
