@@ -252,6 +252,7 @@ def describe(plan: cm.Plan) -> str:
            + (f" vpp{_num(a.vpp)}" if float(a.vpp) > 1 else "")
            + (f" cp{_num(a.cp)}" if float(a.cp) > 1 else "")
            + (f" ep{_num(a.ep)}" if float(a.ep) > 1 else "")
+           + (f" etp{_num(a.etp)}" if float(a.etp) > 1 else "")
            + f" zero{_num(a.zero_stage)} mb{_num(a.micro_batch)}"
            + f" rc{_num(a.recompute)}" + (" off" if float(a.offload) else ""))
   e = plan.engine

@@ -38,7 +38,7 @@ import export as export_lib
 from search._src import space as space_lib
 
 # Settings a role copies from the actor when a framework has one setting for both.
-_DEGREES = ("tp", "pp", "cp", "ep")
+_DEGREES = ("tp", "pp", "cp", "ep", "etp")
 
 
 def _tie(roles: tuple[str, ...], names: tuple[str, ...], source: str = "actor"
@@ -105,6 +105,11 @@ _NO_VPP = (("vpp", (1,)),)
 # DP-attention: SGLang's enable_dp_attention, which slime and AReaL write; veRL,
 # OpenRLHF and NeMo-RL set no such engine flag.
 _NO_DP_ATTENTION = (("engine_dp_attention", (0,)),)
+# Expert-tensor parallelism: Megatron's expert_tensor_parallel_size, which veRL's
+# and NeMo-RL's Megatron backends and slime write (export/_src/verl_workers.py,
+# nemo_rl.py, slime.py); AReaL's backend string has no such dimension
+# (alloc_mode.md @4aef98d: d, p, t, c, e), OpenRLHF's DeepSpeed no EP at all.
+_NO_ETP = (("etp", (0,)),)
 
 _REGISTRY = {f.name: f for f in (
     Framework("any", _ALL, note="core rules and the framework-neutral batch rule"),
@@ -128,7 +133,7 @@ _REGISTRY = {f.name: f for f in (
               critic_families=("colocated", "split_async", "split_async_partial", "split3"),
               rule_sets=("zero3", "batch", "openrlhf"), nodes="uniform",
               options=(("max_pp", 1), ("max_ep", 1), ("engine_max_pp", 1), ("engine_ep", (0,)),
-                       ("max_seqs", (256,))) + _NO_SELECTIVE + _NO_DP_ATTENTION,
+                       ("max_seqs", (256,))) + _NO_SELECTIVE + _NO_DP_ATTENTION + _NO_ETP,
               ties=_tie(("critic",), _DEGREES + ("zero", "recompute", "offload", "mb_train",
                                                   "mb_infer"))
               + _tie(("reward",), _DEGREES + ("mb_infer",)),
@@ -155,7 +160,7 @@ _REGISTRY = {f.name: f for f in (
     # Its megatron backend has no CPU optimizer (only the fsdp backend's offload_params).
     Framework("areal", ("split", "split_async_partial"),
               rule_sets=("zero3", "batch", "areal"), nodes="uniform",
-              options=_NO_SELECTIVE + (("offload", (0,)),),
+              options=_NO_SELECTIVE + (("offload", (0,)),) + _NO_ETP,
               ties=_tie(("critic",), ("tp", "pp", "vpp")) + (("actor.mb_infer", "actor.mb_train"),
                                                       ("critic.mb_infer", "critic.mb_train")),
               note="AReaL: separate rollout pool, partial rollouts when asynchronous, one "

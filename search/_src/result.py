@@ -197,8 +197,8 @@ def differences(plan: cm.Plan, family: str, best: cm.Plan, best_family: str) -> 
       if phase == "infer" and r.role in ("actor", "critic"):
         names = ("micro_batch",)  # degrees shared with training
       else:
-        names = ("tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "recompute",
-                 "offload")
+        names = ("tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage",
+                 "recompute", "offload")
       tag = f"{r.role}" if phase == "train" or r.role not in ("actor", "critic") else \
           f"{r.role} infer"
       for n in names:

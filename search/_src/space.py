@@ -24,6 +24,9 @@ plan is a vector of values, one per :class:`Var`:
   ``ep`` (0: no expert parallelism, 1: experts sharded over the TP group);
   for MLA models the categorical ``dp_attention`` (0, 1: SGLang's and vLLM's
   data-parallel attention, the latent KV held once per GPU);
+* per trained role of an MoE model, the categorical ``etp`` (0: expert-tensor
+  parallelism 1, 1: equal to the role's TP; :attr:`SpaceOptions.etp`), present
+  when the role has TP and EP options above 1;
 * per trained role, the categorical ``vpp`` (interleaved pipeline chunks per
   GPU, :attr:`SpaceOptions.vpp`), present when some pipeline degree admits a
   value above 1 (``pp > 1`` with ``pp x vpp`` dividing the layers: the rule
@@ -213,6 +216,8 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
     vars_.append(Var(f"{role}.zero", CAT, f64(opts.zero_stages)))
     if role in _TRAINED:
       vars_.append(Var(f"{role}.recompute", CAT, f64(opts.recompute)))
+      if model.is_moe and opts.etp != (0,) and max(eps) > 1 and tp_hi > 1:
+        vars_.append(Var(f"{role}.etp", CAT, f64(opts.etp)))
       vpps = _vpp_options(model, pps, opts.vpp)
       if len(vpps) > 1:
         vars_.append(Var(f"{role}.vpp", CAT, f64(vpps)))

@@ -58,6 +58,10 @@ class SpaceOptions:
       the layers.
     engine_dp_attention: Engine data-parallel attention settings tried on
       MLA models (0: off, 1: on); elsewhere it stays off.
+    etp: Expert-tensor-parallel settings tried for a trained role of an MoE
+      model (0: ETP 1, each expert whole on its rank; 1: ETP = the role's TP,
+      Megatron's default when ``expert_tensor_parallel_size`` is unset). It
+      acts only with expert parallelism (without EP the experts follow TP).
   """
 
   max_tp: int = 0
@@ -75,6 +79,7 @@ class SpaceOptions:
   engine_ep: tuple[int, ...] = (0, 1)
   vpp: tuple[int, ...] = (1, 2, 4)
   engine_dp_attention: tuple[int, ...] = (0, 1)
+  etp: tuple[int, ...] = (0, 1)
 
   def __post_init__(self):
     for f in ("max_tp", "engine_max_tp"):
@@ -91,7 +96,8 @@ class SpaceOptions:
         raise ValueError(f"SpaceOptions: {f}={v!r} must be powers of two >= 1")
       object.__setattr__(self, f, tuple(sorted(int(x) for x in v)))
     for f, allowed in (("zero_stages", (1, 3)), ("recompute", (0, 1, 2)), ("offload", (0, 1)),
-                       ("engine_ep", (0, 1)), ("engine_dp_attention", (0, 1))):
+                       ("engine_ep", (0, 1)), ("engine_dp_attention", (0, 1)),
+                       ("etp", (0, 1))):
       v = tuple(getattr(self, f))
       if not v or any(x not in allowed for x in v):
         raise ValueError(f"SpaceOptions: {f}={v!r} must be a non-empty subset of {allowed}")

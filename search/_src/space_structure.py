@@ -75,8 +75,10 @@ class Structure:
     pool_gpus = {p: get(f"pool.{p}") for p in self.pools}
 
     def layout(role: str, mb: str, offload_role: str | None = None, vpp=1.0) -> cm.Parallel:
+      etp = expert_tp(self, role, get, xp)
       return cm.Parallel(tp=get(f"{role}.tp"), pp=get(f"{role}.pp"), cp=get(f"{role}.cp"),
-                         ep=get(f"{role}.ep"), micro_batch=get(f"{role}.{mb}"),
+                         ep=get(f"{role}.ep"), etp=float(etp) if concrete else etp,
+                         micro_batch=get(f"{role}.{mb}"),
                          zero_stage=get(f"{role}.zero"),
                          recompute=get(f"{role}.recompute") if role in _TRAINED else 0.0,
                          offload=get(f"{offload_role or role}.offload"), vpp=vpp)
@@ -99,6 +101,17 @@ class Structure:
                        dp_attention=self.value(v, "engine.dp_attention", 0.0, xp))
     plan = self.placement.plan(pool_gpus, self.roles, engine, train=train, infer=infer)
     return plan if self.runs_as == "any" else export.get(self.runs_as).adapt(plan)
+
+
+def expert_tp(structure: Structure, role: str, get, xp=np):
+  """Expert-tensor-parallel degree of ``role`` (``get(name)``: a value or a column):
+  its TP where the ``{role}.etp`` variable is on and the role has expert
+  parallelism, else 1 (without EP Megatron's experts follow TP whatever ETP is;
+  :func:`costmodel._src.ops.layers.effective_etp`)."""
+  if role not in _TRAINED or f"{role}.etp" not in structure.names:
+    return xp.ones_like(get(f"{role}.tp"))
+  return xp.where((get(f"{role}.etp") > 0.5) & (get(f"{role}.ep") > 1.0), get(f"{role}.tp"),
+                  1.0)
 
 
 def _plan_or_none(structure: Structure, row: np.ndarray) -> cm.Plan | None:
@@ -204,6 +217,7 @@ def _role_layout_fields(structure: Structure, job: cm.RLJob, role: str, get, gpu
   return cm.layout_fields(_role_model(job, role), gpus,
                           *(get(f"{role}.{d}") for d in ("tp", "pp", "cp", "ep")),
                           zero=get(f"{role}.zero"), vpp=vpp,
+                          etp=expert_tp(structure, role, get, xp),
                           micro_batch=get(f"{role}.{mb}") if mb else 1.0,
                           samples=samples, mini_batch_samples=samples / job.mini_batches,
                           trained=trained)
