@@ -62,6 +62,9 @@ _MAX_STALENESS = flags.DEFINE_integer(
     "max_staleness", 0, "Largest staleness allowed (0: on-policy, synchronous).")
 _PARTIAL = flags.DEFINE_boolean(
     "partial_rollout", False, "Allow partial rollouts (needs --max_staleness >= 1).")
+_ROLLOUT_PRECISION = flags.DEFINE_list(
+    "rollout_precision", ["bf16"], "Rollout engine formats allowed (bf16, fp8: FP8 weights and "
+    "KV cache, on GPUs with an FP8 peak); FP8 changes the sampling numerics, so it is opt-in.")
 
 
 def main(argv) -> int:
@@ -92,7 +95,8 @@ def main(argv) -> int:
     result = search.optimize(job, cluster, families=_FAMILIES.value, starts=_STARTS.value,
                              steps=_STEPS.value, seed=_SEED.value, top_k=_TOP_K.value,
                              progress=True, framework=_FRAMEWORK.value,
-                             compilation_cache=_CACHE.value, **mode)
+                             compilation_cache=_CACHE.value,
+                             rollout_precision=tuple(_ROLLOUT_PRECISION.value), **mode)
   except ValueError as e:
     print(e, file=sys.stderr)
     return 2

@@ -89,11 +89,20 @@ class Framework:
     return dataclasses.replace(base, **out)
 
   def build(self, family: str, job: cm.RLJob, cluster: cm.Cluster,
-            options: space_lib.SpaceOptions | None = None) -> space_lib.FamilySpace | None:
+            options: space_lib.SpaceOptions | None = None, rollout_precision: str = "bf16"
+            ) -> space_lib.FamilySpace | None:
     """The space of ``family`` restricted to this framework, its plans as the
     framework runs them (None when the family cannot hold the job)."""
     return space_lib.build(family, job, cluster, self.space_options(options), nodes=self.nodes,
-                           ties=self.ties, rule_sets=self.rule_sets, runs_as=self.name)
+                           ties=self.ties, rule_sets=self.rule_sets, runs_as=self.name,
+                           rollout_precision=rollout_precision)
+
+  def rollout_precisions(self, options: space_lib.SpaceOptions | None,
+                         cluster: cm.Cluster) -> tuple[str, ...]:
+    """The rollout formats searched: those allowed (``options``) that this framework
+    writes and, beyond BF16, only on an accelerator with an FP8 peak."""
+    allowed = self.space_options(options).rollout_precision
+    return tuple(p for p in allowed if p == "bf16" or space_lib.has_fp8(cluster.accelerator))
 
 
 _ALL = tuple(p.name for p in cm.placements())
@@ -110,6 +119,9 @@ _NO_DP_ATTENTION = (("engine_dp_attention", (0,)),)
 # nemo_rl.py, slime.py); AReaL's backend string has no such dimension
 # (alloc_mode.md @4aef98d: d, p, t, c, e), OpenRLHF's DeepSpeed no EP at all.
 _NO_ETP = (("etp", (0,)),)
+# FP8 rollout weights: no exporter here writes a quantised engine checkpoint (slime and
+# AReaL write SGLang's kv_cache_dtype only; export/_src/common.py kv_cache_dtype).
+_BF16_ROLLOUT = (("rollout_precision", ("bf16",)),)
 
 _REGISTRY = {f.name: f for f in (
     Framework("any", _ALL, note="core rules and the framework-neutral batch rule"),
@@ -119,7 +131,7 @@ _REGISTRY = {f.name: f for f in (
     Framework("verl", ("colocated", "split", "split_async", "split_async_partial"),
               rule_sets=("zero3", "batch", "verl"), nodes="uniform",
               options=(("max_tp", 1), ("max_pp", 1), ("max_ep", 1), ("zero_stages", (3,)))
-              + _NO_SELECTIVE + _NO_DP_ATTENTION,
+              + _NO_SELECTIVE + _NO_DP_ATTENTION + _BF16_ROLLOUT,
               # FSDP2 for the CPU optimizer (fsdp_config.offload_policy)
               export_options=tuple({**v, **s} for s in ({}, {"strategy": "fsdp2"}) for v in (
                   {}, {"version": "legacy"},
@@ -133,7 +145,8 @@ _REGISTRY = {f.name: f for f in (
               critic_families=("colocated", "split_async", "split_async_partial", "split3"),
               rule_sets=("zero3", "batch", "openrlhf"), nodes="uniform",
               options=(("max_pp", 1), ("max_ep", 1), ("engine_max_pp", 1), ("engine_ep", (0,)),
-                       ("max_seqs", (256,))) + _NO_SELECTIVE + _NO_DP_ATTENTION + _NO_ETP,
+                       ("max_seqs", (256,))) + _NO_SELECTIVE + _NO_DP_ATTENTION + _NO_ETP
+              + _BF16_ROLLOUT,
               ties=_tie(("critic",), _DEGREES + ("zero", "recompute", "offload", "mb_train",
                                                   "mb_infer"))
               + _tie(("reward",), _DEGREES + ("mb_infer",)),
@@ -143,14 +156,14 @@ _REGISTRY = {f.name: f for f in (
     # Policy workers hold the actor, reference and critic; DTensor or Megatron.
     Framework("nemo_rl", ("colocated", "split", "split_async", "split_async_partial"),
               rule_sets=("zero3", "batch", "nemo_rl"), nodes="whole",
-              options=_NO_SELECTIVE + _NO_VPP + _NO_DP_ATTENTION,
+              options=_NO_SELECTIVE + _NO_VPP + _NO_DP_ATTENTION + _BF16_ROLLOUT,
               ties=(("critic.mb_infer", "critic.mb_train"), ("critic.zero", "actor.zero")),
               note="NeMo-RL: whole nodes per role on several nodes, one value micro-batch"),
     # Megatron (ZeRO-1 distributed optimizer), SGLang engines without PP; every
     # model gets the actor's Megatron flags and micro-batch.
     Framework("slime", ("colocated", "split", "split_async"),
               rule_sets=("zero3", "batch", "slime"), nodes="uniform",
-              options=(("zero_stages", (1,)), ("engine_max_pp", 1)) + _NO_VPP,
+              options=(("zero_stages", (1,)), ("engine_max_pp", 1)) + _NO_VPP + _BF16_ROLLOUT,
               ties=(("actor.mb_infer", "actor.mb_train"),)
               + _tie(("critic",), _DEGREES) + (("critic.mb_train", "actor.mb_train"),
                                                ("critic.mb_infer", "actor.mb_train")),
@@ -160,7 +173,7 @@ _REGISTRY = {f.name: f for f in (
     # Its megatron backend has no CPU optimizer (only the fsdp backend's offload_params).
     Framework("areal", ("split", "split_async_partial"),
               rule_sets=("zero3", "batch", "areal"), nodes="uniform",
-              options=_NO_SELECTIVE + (("offload", (0,)),) + _NO_ETP,
+              options=_NO_SELECTIVE + (("offload", (0,)),) + _NO_ETP + _BF16_ROLLOUT,
               ties=_tie(("critic",), ("tp", "pp", "vpp")) + (("actor.mb_infer", "actor.mb_train"),
                                                       ("critic.mb_infer", "critic.mb_train")),
               note="AReaL: separate rollout pool, partial rollouts when asynchronous, one "

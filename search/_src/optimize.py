@@ -74,7 +74,10 @@ def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, se
     ``(run, relax_output)``: the family's ranked plans and evaluator, and the
     relaxed phase's output.
   """
-  rng = np.random.default_rng([seed, space_lib.FAMILIES.index(fs.family)])
+  key = [seed, space_lib.FAMILIES.index(fs.family)]
+  if fs.structure.rollout_precision != "bf16":  # its own draws; the BF16 space keeps its own
+    key.append(tuple(space_lib.ROLLOUT_PRECISIONS).index(fs.structure.rollout_precision))
+  rng = np.random.default_rng(key)
   x0, lo, hi = fs.init_relaxed(rng, starts)
   phase = on_phase or (lambda family, name: None)
   out = relax.run(fs, fs.job, fs.cluster, eff, x0, lo, hi, cfg)
@@ -94,7 +97,8 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
              space: space_lib.SpaceOptions | None = None,
              relax_config: relax.RelaxConfig | None = None, framework: str = "any",
              max_staleness: int = 0, partial_rollout: bool = False,
-             compilation_cache: str | bool | None = None) -> SearchResult:
+             compilation_cache: str | bool | None = None,
+             rollout_precision: tuple[str, ...] | None = None) -> SearchResult:
   """Searches the layout of ``job`` on ``cluster`` that minimises step time.
 
   Args:
@@ -122,6 +126,11 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
       ``max_staleness >= 1``).
     compilation_cache: Directory of the persistent JAX compilation cache;
       None: ``$RLCOST_JAX_CACHE`` or ``~/.cache/rlcost/jax``; False: off.
+    rollout_precision: Rollout engine formats the user allows (``("bf16",
+      "fp8")``; None: the space's, BF16 only by default). FP8 is searched
+      only on an accelerator with an FP8 peak and a framework that writes it,
+      each format as a space of its own (its families' results labelled
+      ``family+fp8``).
 
   Returns:
     A :class:`SearchResult`. When no plan fits, ``best_plan`` is None and
@@ -167,6 +176,9 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
                        f"{max_staleness=}, {partial_rollout=} (allowed: {allowed})")
   if not fams:
     raise ValueError("optimize: families is empty")
+  if rollout_precision is not None:
+    space = dataclasses.replace(space or space_lib.SpaceOptions(),
+                                rollout_precision=tuple(rollout_precision))
   compile_cache.enable(compilation_cache)
   with compile_cache.CompileClock() as clock:
     res = _search(job, cluster, fams, fw, starts, seed, top_k,
@@ -181,6 +193,11 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
   return res
 
 
+def _label(family: str, rollout_precision: str) -> str:
+  """A family's name in the results, with its rollout format beyond BF16."""
+  return family if rollout_precision == "bf16" else f"{family}+{rollout_precision}"
+
+
 def _workers(n: int) -> int:
   """Threads for ``n`` families: one per CPU core this process may use."""
   cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -189,7 +206,8 @@ def _workers(n: int) -> int:
 
 def _search(job, cluster, fams, fw: fw_lib.Framework, starts, seed, top_k, eff, cfg, space,
             progress) -> SearchResult:
-  spaces = [(fam, fw.build(fam, job, cluster, space)) for fam in fams]
+  spaces = [(_label(fam, prec), fw.build(fam, job, cluster, space, prec)) for fam in fams
+            for prec in fw.rollout_precisions(space, cluster)]
   skipped = [fam for fam, fs in spaces if fs is None]
   spaces = [(fam, fs) for fam, fs in spaces if fs is not None]
   bar = progress_lib.Bar(len(spaces), enabled=progress)

@@ -58,11 +58,13 @@ from search._src.space_options import FAMILIES
 from search._src.space_options import FRAC
 from search._src.space_options import LOG2
 from search._src.space_options import POOL
+from search._src.space_options import ROLLOUT_PRECISIONS
 from search._src.space_options import SpaceOptions
 from search._src.space_options import Var
 from search._src.space_options import _powers_of_two
 from search._src.space_options import _tp_options
 from search._src.space_options import default_families
+from search._src.space_options import has_fp8
 from search._src.space_options import pool_sizes
 from search._src.space_options import training_pool_sizes
 from search._src.space_relaxed import FamilyRelaxed
@@ -132,8 +134,8 @@ def _vpp_options(model: cm.ModelSpec, pps, vpps) -> list[int]:
 def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
           options: SpaceOptions | None = None, nodes: str = "any",
           ties: tuple[tuple[str, str], ...] = (),
-          rule_sets: tuple[str, ...] = ("zero3", "batch"), runs_as: str = "any"
-          ) -> FamilySpace | None:
+          rule_sets: tuple[str, ...] = ("zero3", "batch"), runs_as: str = "any",
+          rollout_precision: str = "bf16") -> FamilySpace | None:
   """The variables and options of ``family`` for ``job`` on ``cluster``.
 
   Pool sizes follow the rules that decide whether a pool runs: a pool without
@@ -157,6 +159,8 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
       they override (every option the same plan, e.g. veRL's FSDP reference
       ``offload``, slime's critic ``offload``) keeps its effective option only
       (:func:`~search._src.space_structure.dead_variables`).
+    rollout_precision: The rollout engine's format (``bf16``, or ``fp8`` on an
+      accelerator with an FP8 peak); one format per space.
 
   Returns:
     A :class:`FamilySpace`, or None when the family cannot hold the job on
@@ -164,11 +168,16 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
     critic).
 
   Raises:
-    ValueError: for an unknown family or framework.
+    ValueError: for an unknown family, framework or rollout format, or FP8
+      rollout on an accelerator without an FP8 peak.
   """
   if family not in FAMILIES:
     raise ValueError(f"family={family!r} is not one of {FAMILIES}")
   cm.check_one_of("build", ("any",) + export.FRAMEWORKS, runs_as=runs_as)
+  cm.check_one_of("build", tuple(ROLLOUT_PRECISIONS), rollout_precision=rollout_precision)
+  if rollout_precision != "bf16" and not has_fp8(cluster.accelerator):
+    raise ValueError(f"build: {rollout_precision=} needs an FP8 peak; "
+                     f"{cluster.accelerator.name} has none")
   placement = cm.placement(family)
   opts = options if options is not None else SpaceOptions()
   roles = cm.required_roles(job)
@@ -243,7 +252,8 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
   vars_ = [Var(v.name, v.kind, np.asarray([1.0])) if v.name in tied else v for v in vars_]
   rule_sets = tuple(rule_sets) + (() if "interleave" in rule_sets else ("interleave",))
   structure = Structure(family=family, roles=roles, names=names, n_gpus=n, ties=ties,
-                        rule_sets=rule_sets, runs_as=runs_as)
+                        rule_sets=rule_sets, runs_as=runs_as,
+                        rollout_precision=rollout_precision)
   # A variable the framework's forced settings override keeps its effective option.
   dead = dead_variables(structure, tuple(v.options for v in vars_))
   vars_ = [Var(v.name, v.kind, np.asarray([dead[v.name]])) if v.name in dead else v

@@ -26,6 +26,19 @@ POOL = "pool"   # GPUs of a pool; relaxed as softmax(logits) * cluster GPUs
 CAT = "cat"     # categorical; fixed per start while relaxed
 
 
+# Formats of the rollout engine a search may choose (SpaceOptions.rollout_precision):
+# BF16, or FP8 weights, GEMMs and KV cache (block-scaled FP8 checkpoints served by
+# SGLang and vLLM, e.g. DeepSeek-V3's; the weight sync converts, see
+# costmodel's precision.conversion_time_s).
+ROLLOUT_PRECISIONS = {"bf16": cm.Precision(),
+                      "fp8": cm.Precision(weights="fp8", compute="fp8", kv="fp8")}
+
+
+def has_fp8(hw: cm.Hardware) -> bool:
+  """Whether ``hw`` has an FP8 peak of its own (above its BF16 peak)."""
+  return float(hw.peak_fp8_flops_per_s) > float(hw.peak_flops_per_s)
+
+
 def _powers_of_two(hi: float) -> tuple[int, ...]:
   out, v = [], 1
   while v <= hi:
@@ -62,6 +75,11 @@ class SpaceOptions:
       model (0: ETP 1, each expert whole on its rank; 1: ETP = the role's TP,
       Megatron's default when ``expert_tensor_parallel_size`` is unset). It
       acts only with expert parallelism (without EP the experts follow TP).
+    rollout_precision: Formats of the rollout engine searched (``bf16``;
+      ``fp8``: FP8 weights, GEMMs and KV cache, on accelerators with an FP8
+      peak only). BF16 alone by default: an FP8 engine samples from a
+      quantised policy, a change of numerics the user must allow (as
+      staleness). Each format is a space of its own.
   """
 
   max_tp: int = 0
@@ -80,6 +98,7 @@ class SpaceOptions:
   vpp: tuple[int, ...] = (1, 2, 4)
   engine_dp_attention: tuple[int, ...] = (0, 1)
   etp: tuple[int, ...] = (0, 1)
+  rollout_precision: tuple[str, ...] = ("bf16",)
 
   def __post_init__(self):
     for f in ("max_tp", "engine_max_tp"):
@@ -102,6 +121,12 @@ class SpaceOptions:
       if not v or any(x not in allowed for x in v):
         raise ValueError(f"SpaceOptions: {f}={v!r} must be a non-empty subset of {allowed}")
       object.__setattr__(self, f, tuple(sorted(set(int(x) for x in v))))
+    rp = tuple(self.rollout_precision)
+    if not rp or any(x not in ROLLOUT_PRECISIONS for x in rp):
+      raise ValueError(f"SpaceOptions: rollout_precision={rp!r} must be a non-empty subset of "
+                       f"{tuple(ROLLOUT_PRECISIONS)}")
+    object.__setattr__(self, "rollout_precision",
+                       tuple(x for x in ROLLOUT_PRECISIONS if x in rp))
     mf = tuple(float(x) for x in self.memory_fractions)
     if not mf or any(not 0.0 < x <= 1.0 for x in mf):
       raise ValueError(f"SpaceOptions: memory_fractions={mf!r} must lie in (0, 1]")

@@ -13,6 +13,7 @@ import costmodel as cm
 import export
 from search._src.space_options import _LAYOUT_ROLES
 from search._src.space_options import _TRAINED
+from search._src.space_options import ROLLOUT_PRECISIONS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +34,8 @@ class Structure:
       the relaxed objective, the exact evaluator and rounding see the plan as
       the framework runs it (in its space every option set it exports with
       forces the same); ``any``: none.
+    rollout_precision: The rollout engine's format (a key of
+      :data:`~search._src.space_options.ROLLOUT_PRECISIONS`).
   """
 
   family: str
@@ -42,6 +45,7 @@ class Structure:
   ties: tuple[tuple[str, str], ...] = ()
   rule_sets: tuple[str, ...] = ("zero3", "batch")
   runs_as: str = "any"
+  rollout_precision: str = "bf16"
 
   @property
   def placement(self) -> cm.Placement:
@@ -98,7 +102,8 @@ class Structure:
     engine = cm.Engine(tp=tp, pp=get("engine.pp"), ep=ep,
                        memory_fraction=get("engine.memory_fraction"),
                        max_seqs=get("engine.max_seqs"),
-                       dp_attention=self.value(v, "engine.dp_attention", 0.0, xp))
+                       dp_attention=self.value(v, "engine.dp_attention", 0.0, xp),
+                       precision=ROLLOUT_PRECISIONS[self.rollout_precision])
     plan = self.placement.plan(pool_gpus, self.roles, engine, train=train, infer=infer)
     return plan if self.runs_as == "any" else export.get(self.runs_as).adapt(plan)
 
