@@ -13,6 +13,7 @@ import pytest
 
 import costmodel as cm
 import search
+from search._src import compile_cache
 from search._src import evaluate
 from search._src import relax
 from search._src import rounding
@@ -150,3 +151,20 @@ def test_relaxed_values_respect_bounds(search_job, cluster_2x8):
   assert np.all((mf > 0.3 - 1e-6) & (mf < 0.95 + 1e-6))
   zero3 = x0[:, fs.index("actor.zero")] == 3
   assert np.all(v[zero3, fs.index("actor.tp")] == 1.0)
+
+
+def test_evaluator_warm_compiles_ahead_and_counts_nothing(search_job, cluster_2x8, compact_space):
+  fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)
+  x0 = fs.init_relaxed(np.random.default_rng(3), 4)[0]
+  cand = rounding.candidates(fs, np.asarray(jax.vmap(fs.relaxed_values)(x0)),
+                             np.random.default_rng(3), corners=0)
+  ev = evaluate.Evaluator(fs, chunk=64, full=True)
+  ev.warm()
+  assert ev.count == 0
+  with compile_cache.CompileClock() as clock:
+    warmed = ev.scores(cand)
+  assert clock.seconds == 0.0  # the program was compiled by ``warm``
+  assert ev.count == len(cand)
+  fresh = evaluate.Evaluator(fs, chunk=64, full=True).scores(cand)
+  np.testing.assert_array_equal(warmed.step_time_s, fresh.step_time_s)
+  np.testing.assert_array_equal(warmed.feasible, fresh.feasible)

@@ -91,6 +91,18 @@ class Evaluator:
                                    compile_cache.FAST_COMPILE)
     return est, excess
 
+  def warm(self) -> None:
+    """Traces and compiles the evaluator's program now (one chunk of the
+    options' first values, not counted), so that its compilation can run
+    while other work does (the search compiles it next to the relaxed loop)."""
+    row = np.asarray([[float(var.options[0]) for var in self.fs.vars]], np.float32)
+    part = np.repeat(row, self.chunk, 0)
+    if self.full:
+      jax.block_until_ready(self._run_full(part))
+    else:
+      jax.block_until_ready(_scores(self.fs.structure, self.fs.job, self.fs.cluster, self.eff,
+                                    jnp.asarray(part)))
+
   def scores(self, values: np.ndarray, with_estimates: bool = False):
     """Exact step time, feasibility and memory excess of each row.
 

@@ -77,9 +77,15 @@ def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, se
   rng = np.random.default_rng([seed, space_lib.FAMILIES.index(fs.family)])
   x0, lo, hi = fs.init_relaxed(rng, starts)
   phase = on_phase or (lambda family, name: None)
-  out = relax.run(fs, fs.job, fs.cluster, eff, x0, lo, hi, cfg)
-  phase(fs.family, "relaxed")
   ev = evaluate.Evaluator(fs, eff, chunk=chunk, full=True)
+  # The exact evaluator compiles in a thread of its own while the relaxed loop
+  # is traced, compiled and run (XLA releases the interpreter lock), so a cold
+  # search pays for the two compilations side by side, not one after the other.
+  with concurrent.futures.ThreadPoolExecutor(1) as pool:
+    warming = pool.submit(ev.warm)
+    out = relax.run(fs, fs.job, fs.cluster, eff, x0, lo, hi, cfg)
+    phase(fs.family, "relaxed")
+    warming.result()
   cand = rounding.candidates(fs, out.values, rng, corners=corners)
   ranked = rounding.score(ev, cand)
   phase(fs.family, "rounded")
