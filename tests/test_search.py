@@ -5,6 +5,7 @@ One small problem (GRPO on Qwen2.5-1.5B, 16 H100, the compact space, the
 ``split`` family) serves every test so the relaxed loop compiles once.
 """
 
+import itertools
 import re
 
 import jax
@@ -13,8 +14,10 @@ import pytest
 
 import costmodel as cm
 import search
+from search._src import compile_cache
 from search._src import evaluate
 from search._src import relax
+from search._src import result as result_lib
 from search._src import rounding
 from search._src import space as space_lib
 
@@ -150,3 +153,59 @@ def test_relaxed_values_respect_bounds(search_job, cluster_2x8):
   assert np.all((mf > 0.3 - 1e-6) & (mf < 0.95 + 1e-6))
   zero3 = x0[:, fs.index("actor.zero")] == 3
   assert np.all(v[zero3, fs.index("actor.tp")] == 1.0)
+
+
+def test_evaluator_warm_compiles_ahead_and_counts_nothing(search_job, cluster_2x8, compact_space):
+  fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)
+  x0 = fs.init_relaxed(np.random.default_rng(3), 4)[0]
+  cand = rounding.candidates(fs, np.asarray(jax.vmap(fs.relaxed_values)(x0)),
+                             np.random.default_rng(3), corners=0)
+  ev = evaluate.Evaluator(fs, chunk=64, full=True)
+  ev.warm()
+  assert ev.count == 0
+  with compile_cache.CompileClock() as clock:
+    warmed = ev.scores(cand)
+  assert clock.seconds == 0.0  # the program was compiled by ``warm``
+  assert ev.count == len(cand)
+  fresh = evaluate.Evaluator(fs, chunk=64, full=True).scores(cand)
+  np.testing.assert_array_equal(warmed.step_time_s, fresh.step_time_s)
+  np.testing.assert_array_equal(warmed.feasible, fresh.feasible)
+
+
+def test_search_scores_equal_whole_estimates(search_job, cluster_2x8, compact_space):
+  fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)
+  x0 = fs.init_relaxed(np.random.default_rng(5), 8)[0]
+  cand = rounding.candidates(fs, np.asarray(jax.vmap(fs.relaxed_values)(x0)),
+                             np.random.default_rng(5), corners=2)
+  lean = evaluate.Evaluator(fs, chunk=64, full=True, search=True).scores(cand)
+  whole = evaluate.Evaluator(fs, chunk=64, full=True).scores(cand)
+  np.testing.assert_allclose(lean.step_time_s, whole.step_time_s, rtol=1e-5)
+  np.testing.assert_array_equal(lean.feasible, whole.feasible)
+  np.testing.assert_allclose(lean.excess, whole.excess, rtol=1e-5, atol=1e-7)
+  with pytest.raises(ValueError, match="search=True needs full=True"):
+    evaluate.Evaluator(fs, search=True)
+
+
+def test_block_sweep_finds_the_best_of_each_block(search_job, cluster_2x8, compact_space):
+  fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)
+  ev = evaluate.Evaluator(fs, chunk=256, full=True, search=True)
+  x0 = fs.init_relaxed(np.random.default_rng(7), 8)[0]
+  cand = rounding.candidates(fs, np.asarray(jax.vmap(fs.relaxed_values)(x0)),
+                             np.random.default_rng(7), corners=0)
+  ranked = rounding.score(ev, cand)
+  k = len(ranked.values) // 2  # a middling plan
+  one = result_lib.Ranked(*(a[k:k + 1] for a in ranked))
+  start = one.values[0]
+  swept = rounding.block_sweep(ev, one, plans=1, rounds=1)
+  # By hand: the best plan that differs from ``start`` in the engine block only.
+  idx = list(dict(fs.blocks)["engine"])
+  grid = np.asarray(list(itertools.product(*[fs.vars[j].options for j in idx])))
+  rows = np.tile(start, (len(grid), 1))
+  rows[:, idx] = grid
+  rows = rows[fs.valid(rows)]
+  s = ev.scores(rows)
+  best_engine = result_lib.objective(s.step_time_s, s.feasible, s.excess).min()
+  assert swept.objective[0] <= best_engine * (1 + 1e-6)
+  assert swept.objective[0] <= one.objective[0]
+  with pytest.raises(ValueError, match="plans=0"):
+    rounding.block_sweep(ev, one, plans=0)

@@ -7,7 +7,15 @@ For each placement family (enumerated, see :mod:`search._src.space`):
    batched by ``vmap`` and sharded over the devices);
 2. every relaxed solution is rounded to its neighbouring valid discrete plans,
    which are scored exactly in one batch (:mod:`search._src.rounding`);
-3. the best of them seed a batched discrete local search on the exact model.
+3. the best of them seed a batched discrete local search on the exact model;
+4. from the best plan and the best of another pool split, each role's layout
+   and the engines' are swept whole (every valid combination of that block,
+   the rest held; :func:`~search._src.rounding.block_sweep`), and an improved
+   plan is refined by the local search again.
+
+The exact evaluator compiles in a thread of its own while the relaxed loop
+runs; it scores with a lean program and computes whole estimates only for
+the plans returned.
 
 The families' plans are then ranked together; the best ``top_k`` feasible
 plans that differ in placement or a parallel degree (not only in a tuning
@@ -80,13 +88,25 @@ def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, se
   rng = np.random.default_rng(key)
   x0, lo, hi = fs.init_relaxed(rng, starts)
   phase = on_phase or (lambda family, name: None)
-  out = relax.run(fs, fs.job, fs.cluster, eff, x0, lo, hi, cfg)
-  phase(fs.family, "relaxed")
-  ev = evaluate.Evaluator(fs, eff, chunk=chunk, full=True)
+  ev = evaluate.Evaluator(fs, eff, chunk=chunk, full=True, search=True)
+  # The exact evaluator compiles in a thread of its own while the relaxed loop
+  # is traced, compiled and run (XLA releases the interpreter lock), so a cold
+  # search pays for the two compilations side by side, not one after the other.
+  with concurrent.futures.ThreadPoolExecutor(1) as pool:
+    warming = pool.submit(ev.warm)
+    out = relax.run(fs, fs.job, fs.cluster, eff, x0, lo, hi, cfg)
+    phase(fs.family, "relaxed")
+    warming.result()
   cand = rounding.candidates(fs, out.values, rng, corners=corners)
   ranked = rounding.score(ev, cand)
   phase(fs.family, "rounded")
   ranked = rounding.local_search(ev, result_lib.Ranked(*(a[:seeds] for a in ranked)))
+  swept = rounding.block_sweep(ev, ranked, rng=rng)
+  if swept.objective[0] < ranked.objective[0] * (1 - 1e-6):
+    ranked = rounding.local_search(ev, result_lib.Ranked(*(a[:4] for a in swept)))
+    ranked = result_lib.rank(ranked, swept)
+  else:
+    ranked = swept
   phase(fs.family, "refined")
   return _FamilyRun(fs=fs, ev=ev, ranked=ranked), out
 

@@ -19,7 +19,9 @@ All candidates are then scored exactly in one batched call and the best few
 seed a discrete local search (:func:`local_search`): best-improvement moves of
 one variable by one option (one degree doubled or halved, a pool shifted by
 one node, one categorical changed), then of pairs of variables when no single
-move helps, with GPUs moved between two pools as one move.
+move helps, with GPUs moved between two pools as one move. :func:`block_sweep`
+then replaces whole blocks (a role's layout, the engines) of the best plans
+by their best valid combination.
 """
 
 from __future__ import annotations
@@ -228,4 +230,78 @@ def local_search(ev: evaluate.Evaluator, seeds: Ranked, max_iters: int = 50) -> 
       _, first = np.unique(cur_v, axis=0, return_index=True)
       first = np.sort(first)
       cur_v, cur_o, use_pairs = cur_v[first], cur_o[first], use_pairs[first]
+  return result_lib.rank(*visited)
+
+
+# Rows of a block's grid scored per plan at most (a uniform sample beyond).
+MAX_BLOCK_ROWS = 1 << 17
+
+
+def block_sweep(ev: evaluate.Evaluator, ranked: Ranked, plans: int = 2, rounds: int = 2,
+                rng: np.random.Generator | None = None) -> Ranked:
+  """Block-coordinate descent from the best ``plans`` distinct rows of ``ranked``.
+
+  For each plan, each block of variables other than the pools
+  (:attr:`FamilySpace.blocks`: a role's layout, the engines) is replaced by
+  every option combination of that block that gives a valid plan with the
+  other variables held (the grid of a block beyond :data:`MAX_BLOCK_ROWS`
+  rows is sampled uniformly), all scored in one batch; the best replaces the
+  plan. Rounds repeat over the blocks until none improves (at most
+  ``rounds``). It reaches layouts that differ from the plan in several of a
+  role's degrees at once (a role's TP, PP and recompute together), which
+  single and paired moves (:func:`local_search`) cannot.
+
+  Returns:
+    ``ranked`` with every row scored here, ranked.
+  """
+  fs = ev.fs
+  rng = rng if rng is not None else np.random.default_rng(0)
+  if plans < 1 or rounds < 1:
+    raise ValueError(f"block_sweep: {plans=} and {rounds=} must be >= 1")
+  grids = {}
+  for name, idx in fs.blocks:
+    if name == "pools":
+      continue
+    sizes = [len(fs.vars[j].options) for j in idx]
+    if np.prod(sizes, dtype=float) <= 1:
+      continue
+    if np.prod(sizes, dtype=float) > MAX_BLOCK_ROWS:
+      grid = np.stack([rng.choice(fs.vars[j].options, MAX_BLOCK_ROWS) for j in idx], -1)
+    else:
+      grid = np.asarray(list(itertools.product(*[fs.vars[j].options for j in idx])))
+    grids[name] = (list(idx), grid.astype(np.float64))
+  visited = [ranked]
+  ranked = result_lib.rank(ranked)
+  pools = list(dict(fs.blocks)["pools"])
+  # The best plan, then the best of each other pool split, then the next best.
+  picked, seen = [], set()
+  for i, row in enumerate(ranked.values):
+    key = tuple(row[pools])
+    if key not in seen:
+      seen.add(key)
+      picked.append(i)
+    if len(picked) == plans:
+      break
+  picked += [i for i in range(len(ranked.values)) if i not in picked][:plans - len(picked)]
+  start = ranked.values[sorted(picked)]
+  for row in start:
+    cur = np.asarray(row, np.float64)
+    s = ev.scores(cur[None])
+    cur_o = float(result_lib.objective(s.step_time_s, s.feasible, s.excess)[0])
+    for _ in range(rounds):
+      improved = False
+      for idx, grid in grids.values():
+        cand = np.tile(cur, (len(grid), 1))
+        cand[:, idx] = grid
+        cand = cand[fs.valid(cand)]
+        if not len(cand):
+          continue
+        s = ev.scores(cand)
+        visited.append(Ranked(cand, s.step_time_s, s.feasible, s.excess))
+        o = result_lib.objective(s.step_time_s, s.feasible, s.excess)
+        k = int(np.argmin(o))
+        if o[k] < cur_o * (1 - 1e-6):
+          cur, cur_o, improved = cand[k], float(o[k]), True
+      if not improved:
+        break
   return result_lib.rank(*visited)
