@@ -99,15 +99,15 @@ def best_plan(job: cm.RLJob, cluster: cm.Cluster, plans, efficiency=None):
   return best
 
 
-def layouts_planner(job: cm.RLJob, cluster: cm.Cluster) -> SearchResult:
+def layouts_planner(job: cm.RLJob, cluster: cm.Cluster, modes=MODES) -> SearchResult:
   """A planner for :func:`search.size_cluster`: the fastest of the colocated and
-  split ladders on a one-type cluster (no search)."""
+  split ladders on a one-type cluster (no search); ``modes``: those of the splits."""
   hw = cluster.accelerator
   n, per = cluster.n_gpus, cluster.gpus_per_node
   plans = colocated_plans(job, cluster, cm.Pool("all", float(n), hw))
   for g in range(per, n, per):
     plans += split_plans(job, cluster, cm.Pool("gen", float(g), hw),
-                         cm.Pool("train", float(n - g), hw))
+                         cm.Pool("train", float(n - g), hw), modes)
   plan, est = best_plan(job, cluster, plans)
   if plan is None:
     return SearchResult(method="layouts", infeasible_reason="no layout of the ladder fits")

@@ -56,6 +56,13 @@ class SizingProblem:
     available_gpus: GPUs of each type's group [K].
     target_step_s: Longest acceptable step time (0: none).
     budget_per_hour: Highest acceptable price per hour (0: none).
+    cheapest: 1: minimise the cost per step (meeting the target); 0: the step
+      time (within the budget).
+    share_type: 1: one type for every pool (the first pool's distribution);
+      0: one distribution per pool.
+
+  The goal and the type sharing are leaves, not structure: every problem of a
+  family, job structure and cluster size runs one compiled program.
   """
 
   job: cm.RLJob
@@ -64,6 +71,8 @@ class SizingProblem:
   available_gpus: jax.Array
   target_step_s: jax.Array
   budget_per_hour: jax.Array
+  cheapest: jax.Array
+  share_type: jax.Array
 
 
 def stack_hardware(types) -> cm.Hardware:
@@ -80,33 +89,22 @@ class SizingStructure:
 
   Attributes:
     base: The family's layout structure.
-    types: The priced GPU types, in the order of the stacked figures.
-    share_type: One type for every pool (a one-type cluster) or one per pool.
+    n_types: How many GPU types are priced.
     gpus_per_node: GPUs per node.
-    goal: ``cheapest`` or ``fastest``.
   """
 
   base: space_lib.Structure
-  types: tuple[str, ...]
-  share_type: bool
+  n_types: int
   gpus_per_node: int
-  goal: str
 
   @property
   def pools(self) -> tuple[str, ...]:
     return self.base.pools
 
   @property
-  def selectors(self) -> tuple[str, ...]:
-    """Names of the type distributions: one per pool, or one shared (``all``)."""
-    return ("all",) if self.share_type else self.pools
-
-  @property
   def assignments(self) -> np.ndarray:
     """Every assignment of types to pools [C, pools] (type indices)."""
-    k = range(len(self.types))
-    if self.share_type:
-      return np.asarray([[i] * len(self.pools) for i in k], np.int32)
+    k = range(self.n_types)
     return np.asarray(list(itertools.product(k, repeat=len(self.pools))), np.int32)
 
 
@@ -117,13 +115,15 @@ class SizingSpace:
   Attributes:
     structure: The :class:`SizingStructure`.
     vars: The base space's variables (pools as log2 GPUs), then one logit per
-      selector and type (``type.<selector>.<GPU>``).
+      pool and type (``type.<pool>.<GPU>``).
     base: The family's layout space (on the largest cluster the groups allow).
+    types: The GPU types, in the order of the stacked figures.
   """
 
   structure: SizingStructure
   vars: tuple[space_lib.Var, ...]
   base: space_lib.FamilySpace
+  types: tuple[str, ...]
 
   @property
   def family(self) -> str:
@@ -136,9 +136,9 @@ class SizingSpace:
   def pool_columns(self) -> list[int]:
     return [self.base.index(f"pool.{p}") for p in self.structure.pools]
 
-  def logit_columns(self, selector: str) -> list[int]:
+  def logit_columns(self, pool: str) -> list[int]:
     names = [v.name for v in self.vars]
-    return [names.index(f"type.{selector}.{t}") for t in self.structure.types]
+    return [names.index(f"type.{pool}.{t}") for t in self.types]
 
   def init_relaxed(self, rng: np.random.Generator, starts: int):
     """Random starts ``x0`` and bounds ``lo, hi``: pool sizes log-uniform over
@@ -160,14 +160,16 @@ class SizingSpace:
     v = self.base.relaxed_values(x[:self.n_base])
     cols = jnp.asarray(self.pool_columns())
     v = v.at[cols].set(jnp.exp2(x[cols]))
-    probs = [jax.nn.softmax(x[jnp.asarray(self.logit_columns(s))])
-             for s in self.structure.selectors]
+    probs = [jax.nn.softmax(x[jnp.asarray(self.logit_columns(p))])
+             for p in self.structure.pools]
     return jnp.concatenate([v] + probs)
 
-  def type_probabilities(self, values: np.ndarray) -> dict[str, np.ndarray]:
-    """Selector -> the probability of each type (from relaxed values)."""
-    return {s: np.asarray(values[..., self.logit_columns(s)])
-            for s in self.structure.selectors}
+  def type_probabilities(self, values: np.ndarray, share_type: bool) -> dict[str, np.ndarray]:
+    """Pool -> the probability of each type (from relaxed values); with
+    ``share_type`` every pool reads the first pool's."""
+    pools = self.structure.pools
+    return {p: np.asarray(values[..., self.logit_columns(pools[0] if share_type else p)])
+            for p in pools}
 
   def relaxed_objective(self, problem: SizingProblem, cluster: cm.Cluster, eff, x, tau,
                         weight):
@@ -179,10 +181,15 @@ class SizingSpace:
     gpus = jnp.stack([v[self.base.index(f"pool.{p}")] for p in st.pools])
     layout_pen = space_lib.layout_violation(st.base, v, problem.job)
     combos = jnp.asarray(st.assignments)
-    probs = jnp.stack([values[jnp.asarray(self.logit_columns(s))] for s in st.selectors])
-    sel = np.zeros(len(st.pools), np.int32) if st.share_type else np.arange(len(st.pools))
-    weights = jnp.prod(probs[jnp.asarray(sel), combos], axis=-1)  # [C]
-    k = len(st.types)
+    probs = jnp.stack([values[jnp.asarray(self.logit_columns(p))] for p in st.pools])
+    pools_at = jnp.arange(len(st.pools))
+    own = jnp.prod(probs[pools_at, combos], axis=-1)  # [C]
+    # One type for every pool: an assignment weighs its type's probability
+    # in the first pool's distribution, and mixed assignments nothing.
+    one_type = jnp.all(combos == combos[:, :1], axis=-1)
+    shared = jnp.where(one_type, probs[0, combos[:, 0]], 0.0)
+    weights = jnp.where(problem.share_type > 0.5, shared, own)
+    k = st.n_types
 
     def one(idx):
       hw = [jax.tree.map(lambda a, i=i: a[i], problem.hardware).replace(name=p)
@@ -198,52 +205,47 @@ class SizingSpace:
       pen = space_lib.memory_excess(st.base, v, est, problem.job, cluster) + layout_pen + over
       step = jnp.maximum(est.step_time_s, 1e-9)
       per_hour = jnp.sum(gpus * problem.price_per_gpu_hour[idx])
-      if st.goal == "cheapest":
-        t = problem.target_step_s
-        miss = jnp.where(t > 0, smooth.relu(jnp.log(step / jnp.where(t > 0, t, 1.0)), 1.0, tau),
-                         0.0)
-        base = jnp.log(per_hour * step / 3600.0)
-      else:
-        b = problem.budget_per_hour
-        miss = jnp.where(b > 0, smooth.relu(jnp.log(per_hour / jnp.where(b > 0, b, 1.0)), 1.0,
-                                            tau), 0.0)
-        base = jnp.log(step)
+      t, b = problem.target_step_s, problem.budget_per_hour
+      late = jnp.where(t > 0, smooth.relu(jnp.log(step / jnp.where(t > 0, t, 1.0)), 1.0, tau),
+                       0.0)
+      over_budget = jnp.where(b > 0, smooth.relu(jnp.log(per_hour / jnp.where(b > 0, b, 1.0)),
+                                                 1.0, tau), 0.0)
+      cheapest = problem.cheapest > 0.5
+      miss = jnp.where(cheapest, late, over_budget)
+      base = jnp.where(cheapest, jnp.log(per_hour * step / 3600.0), jnp.log(step))
       return base + weight * (pen + miss), step, pen + miss
 
     loss, step, pen = jax.vmap(one)(combos)
     return jnp.sum(weights * loss), (jnp.sum(weights * step), jnp.sum(weights * pen))
 
 
-def build(family: str, problem_job: cm.RLJob, types, groups_gpus, gpus_per_node: int,
-          share_type: bool, goal: str) -> SizingSpace | None:
+def build(family: str, job: cm.RLJob, types, groups_gpus, gpus_per_node: int,
+          share_type: bool) -> SizingSpace | None:
   """The sizing space of ``family`` (None when the family cannot hold the job).
 
   Args:
     family: A placement family (:data:`search.FAMILIES`).
-    problem_job: The RL job.
+    job: The RL job.
     types: The GPU types, in the order of the problem's stacked figures.
     groups_gpus: GPUs of each type's group (same order).
     gpus_per_node: GPUs per node.
-    share_type: One type for every pool.
-    goal: ``cheapest`` or ``fastest``.
+    share_type: One type for every pool: the layout options are those of the
+      largest group's cluster, else of every group's together.
   """
-  if goal not in GOALS:
-    raise ValueError(f"relaxed sizing: goal={goal!r} is not one of {GOALS}")
   most = int(max(groups_gpus))
-  # Layout options as on the largest cluster the groups make (its GPU type
-  # only bounds the option lists, not the figures).
-  total = int(sum(groups_gpus)) if not share_type else most
-  cluster = cm.Cluster(cm.hardware.get(types[0]), gpus_per_node=gpus_per_node,
-                       nodes=max(total // gpus_per_node, 1))
-  base = space_lib.build(family, problem_job, cluster)
+  total = most if share_type else int(sum(groups_gpus))
+  # The accelerator only names the cluster the option lists are built on;
+  # each assignment puts its own figures on the pools.
+  hw = cm.hardware.get(types[0]).replace(name="sized")
+  cluster = cm.Cluster(hw, gpus_per_node=gpus_per_node, nodes=max(total // gpus_per_node, 1))
+  base = space_lib.build(family, job, cluster)
   if base is None:
     return None
   node_gpus = gpus_per_node * np.arange(1, most // gpus_per_node + 1, dtype=np.float64)
   vars_ = [space_lib.Var(v.name, LOG2, node_gpus) if v.kind == space_lib.POOL else v
            for v in base.vars]
-  structure = SizingStructure(base.structure, tuple(types), bool(share_type),
-                              int(gpus_per_node), goal)
-  for s in structure.selectors:
-    vars_ += [space_lib.Var(f"type.{s}.{t}", TYPE, np.arange(float(len(types))))
+  for p in base.structure.pools:
+    vars_ += [space_lib.Var(f"type.{p}.{t}", TYPE, np.arange(float(len(types))))
               for t in types]
-  return SizingSpace(structure=structure, vars=tuple(vars_), base=base)
+  structure = SizingStructure(base.structure, len(types), int(gpus_per_node))
+  return SizingSpace(structure=structure, vars=tuple(vars_), base=base, types=tuple(types))

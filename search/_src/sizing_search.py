@@ -110,20 +110,21 @@ def _rank(ctx: _Ctx, o: mixed.MixedOption):
   return (int(miss), o.step_time_s, o.cost_per_step)
 
 
-def _rounded(fs: sizing_relax.SizingSpace, values: np.ndarray, per: int, type_share: float):
+def _rounded(fs: sizing_relax.SizingSpace, values: np.ndarray, per: int, type_share: float,
+             share_type: bool):
   """The assignments ``(types, nodes)`` either side of each relaxed start, with
   the start's rounded layout plans (pools filled in when scored)."""
   st = fs.structure
-  probs = fs.type_probabilities(values)
+  probs = fs.type_probabilities(values, share_type)
   out: dict = {}
   base = values[:, :fs.n_base]
   near = fs.base.nearest(base)
   for s in range(values.shape[0]):
     per_pool = []
     for p in st.pools:
-      pr = probs["all" if st.share_type else p][s]
-      likely = [st.types[i] for i in np.argsort(-pr) if pr[i] >= type_share] or [
-          st.types[int(np.argmax(pr))]]
+      pr = probs[p][s]
+      likely = [fs.types[i] for i in np.argsort(-pr) if pr[i] >= type_share] or [
+          fs.types[int(np.argmax(pr))]]
       n = base[s, fs.base.index(f"pool.{p}")] / per
       counts = sorted({max(int(np.floor(n)), 1), max(int(np.ceil(n)), 1)})
       per_pool.append([(t, c) for t in likely for c in counts])
@@ -242,7 +243,8 @@ def relaxed_sizing(job: cm.RLJob, prices: dict, groups: dict | None = None, node
       job=job, hardware=sizing_relax.stack_hardware(types),
       price_per_gpu_hour=np.asarray([prices[t] for t in types], np.float32),
       available_gpus=np.asarray([groups[t] * gpus_per_node for t in types], np.float32),
-      target_step_s=np.float32(target or 0.0), budget_per_hour=np.float32(budget_per_hour or 0.0))
+      target_step_s=np.float32(target or 0.0), budget_per_hour=np.float32(budget_per_hour or 0.0),
+      cheapest=np.float32(goal == "cheapest"), share_type=np.float32(bool(share_type)))
   compile_cache.enable(compilation_cache)
   fams = ["colocated"] + [f for f, m in _FAMILY_MODE.items() if m in tuple(modes)]
   eff = efficiency if efficiency is not None else cm.Efficiency()
@@ -250,14 +252,14 @@ def relaxed_sizing(job: cm.RLJob, prices: dict, groups: dict | None = None, node
   groups_gpus = [groups[t] * gpus_per_node for t in types]
   relaxed, found = {}, {}
   for k, fam in enumerate(fams):
-    fs = sizing_relax.build(fam, job, types, groups_gpus, gpus_per_node, share_type, goal)
+    fs = sizing_relax.build(fam, job, types, groups_gpus, gpus_per_node, share_type)
     if fs is None:
       continue
     rng = np.random.default_rng([seed, k])
     x0, lo, hi = fs.init_relaxed(rng, starts)
     out = relax.run(fs, problem, fs.base.cluster, eff, x0, lo, hi, cfg)
     relaxed[fam] = out.values
-    for key, rows in _rounded(fs, out.values, gpus_per_node, type_share).items():
+    for key, rows in _rounded(fs, out.values, gpus_per_node, type_share, share_type).items():
       if _fits(ctx, *key):
         found.setdefault(key, []).extend(_layout_plans(fs, rows, key[0], gpus_per_node))
   scored = {key: _score(ctx, key, plans) for key, plans in found.items()}
