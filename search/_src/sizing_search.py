@@ -277,6 +277,25 @@ def relaxed_sizing(job: cm.RLJob, prices: dict, groups: dict | None = None, node
   return RelaxedSizing(best, options, relaxed, len(scored), time.perf_counter() - t0)
 
 
+def as_cluster_option(o: mixed.MixedOption, job: cm.RLJob) -> sizing.ClusterOption:
+  """``o`` as a :class:`~search._src.sizing.ClusterOption` (for
+  :func:`search.pareto`, the table and the plot): its GPU type, or
+  ``<rollout>+<training>`` for a mixed one, and every node it uses."""
+  gpu = o.gen_gpu if o.gen_gpu == o.train_gpu else f"{o.gen_gpu}+{o.train_gpu}"
+  nodes = o.gen_nodes + o.train_nodes
+  gpus = sum(int(p.gpus) for p in o.plan.pools) if o.plan is not None else 0
+  price = o.cost_per_hour / gpus if gpus else 0.0
+  if not o.feasible:
+    inf = float("inf")
+    return sizing.ClusterOption(gpu, nodes, gpus, price, False, inf, 0.0, o.cost_per_hour, inf,
+                                inf, None, None, None)
+  family = "colocated" if o.colocated else f"split {o.plan.mode.name}"
+  return sizing.ClusterOption(gpu, nodes, gpus, price, True, o.step_time_s,
+                              float(o.estimate.samples_per_s), o.cost_per_hour, o.cost_per_step,
+                              o.cost_per_step / float(job.samples_per_step), o.plan, o.estimate,
+                              family)
+
+
 def relaxed_front(job: cm.RLJob, prices: dict, targets_s, **kwargs):
   """The cheapest option meeting each target step time, and their Pareto front.
 
