@@ -61,6 +61,15 @@ def test_mixed_types_match_the_enumerated_optimum(mixed_pair):
   assert relaxed.assignments <= len(enum.options)
 
 
+def test_a_training_bound_job_stays_on_one_type():
+  job = _job(4096.0, 64.0, 256.0)
+  enum = search.mixed_cluster(job, GROUPS, PRICES, modes=ASYNC)
+  relaxed = search.relaxed_sizing(job, PRICES, groups=GROUPS, share_type=False, **RELAX)
+  assert relaxed.best.cost_per_step <= 1.01 * enum.best.cost_per_step
+  # As the enumeration finds: one H800 node, every role colocated.
+  assert relaxed.best.colocated and relaxed.best.gen_gpu == "H800"
+
+
 def test_the_gradient_chooses_the_rollout_type(mixed_pair):
   _, relaxed = mixed_pair
   values = relaxed.relaxed["split_async"]

@@ -192,7 +192,7 @@ class SizingSpace:
     k = st.n_types
 
     def one(idx):
-      hw = [jax.tree.map(lambda a, i=i: a[i], problem.hardware).replace(name=p)
+      hw = [jax.tree.map(lambda a, i=i: jnp.asarray(a)[i], problem.hardware).replace(name=p)
             for i, p in zip(idx, st.pools, strict=True)]
       pools = tuple(cm.Pool(p.name, p.gpus, hw[j]) for j, p in enumerate(plan.pools))
       with cm.positive_tau():
@@ -204,7 +204,7 @@ class SizingSpace:
                                                      tau), 0.0))
       pen = space_lib.memory_excess(st.base, v, est, problem.job, cluster) + layout_pen + over
       step = jnp.maximum(est.step_time_s, 1e-9)
-      per_hour = jnp.sum(gpus * problem.price_per_gpu_hour[idx])
+      per_hour = jnp.sum(gpus * jnp.asarray(problem.price_per_gpu_hour)[idx])
       t, b = problem.target_step_s, problem.budget_per_hour
       late = jnp.where(t > 0, smooth.relu(jnp.log(step / jnp.where(t > 0, t, 1.0)), 1.0, tau),
                        0.0)
