@@ -17,7 +17,9 @@ where ``penalty`` is the layout search's (memory excess and rule-table
 violation, :mod:`search._src.space_structure`) plus the GPUs a type's pools
 take beyond its group. Each assignment's step time is the smooth cost model
 (:func:`costmodel.estimate` at ``tau > 0``) with each pool on its type, all
-assignments in one ``vmap`` over the stacked accelerator figures. The
+assignments in one ``vmap`` over the stacked accelerator figures (each
+pool's figures carry the pool's name, so the weight sync between two pools is
+timed over the NICs, as between whole nodes of one type too). The
 expectation is linear in the assignment probabilities, so its minimum is an
 assignment (a vertex), which the gradient approaches. :func:`search._src.relax.run`
 optimises it through the space's ``relaxed_objective``; the problem (job,
