@@ -17,7 +17,9 @@ import pytest
 
 import costmodel as cm
 import search
+from search._src import mixed
 from search._src import sizing_relax
+from search._src import sizing_search
 
 PRICES = {"H800": 3.0, "H20": 1.0}
 GROUPS = {"H800": 1, "H20": 2}
@@ -165,3 +167,13 @@ def test_bad_prices_and_targets_of_the_front():
     search.relaxed_sizing(GEN_BOUND, {"H20": -1.0})
   with pytest.raises(ValueError, match="targets_s"):
     search.relaxed_front(GEN_BOUND, PRICES, (100.0, 0.0))
+
+
+def test_options_convert_for_the_table():
+  inf = float("inf")
+  split = mixed.MixedOption("H20", 2, "H800", 1, 40.0, inf, inf, None, None)
+  row = sizing_search.as_cluster_option(split, GEN_BOUND)
+  assert (row.gpu, row.nodes, row.feasible, row.cost_per_hour) == ("H20+H800 2+1", 3, False, 40.0)
+  colocated = mixed.MixedOption("H20", 2, "H20", 0, 16.0, inf, inf, None, None)
+  assert sizing_search.as_cluster_option(colocated, GEN_BOUND).gpu == "H20"
+  assert search.pareto([row]) == ()

@@ -279,9 +279,12 @@ def relaxed_sizing(job: cm.RLJob, prices: dict, groups: dict | None = None, node
 
 def as_cluster_option(o: mixed.MixedOption, job: cm.RLJob) -> sizing.ClusterOption:
   """``o`` as a :class:`~search._src.sizing.ClusterOption` (for
-  :func:`search.pareto`, the table and the plot): its GPU type, or
-  ``<rollout>+<training>`` for a mixed one, and every node it uses."""
+  :func:`search.pareto`, the table and the plot): labelled by its GPU type,
+  ``<rollout>+<training>`` for a mixed one, and for a split its nodes per pool
+  (``H20 1+2``); its nodes are every node it uses."""
   gpu = o.gen_gpu if o.gen_gpu == o.train_gpu else f"{o.gen_gpu}+{o.train_gpu}"
+  if not o.colocated:
+    gpu = f"{gpu} {o.gen_nodes}+{o.train_nodes}"
   nodes = o.gen_nodes + o.train_nodes
   gpus = sum(int(p.gpus) for p in o.plan.pools) if o.plan is not None else 0
   price = o.cost_per_hour / gpus if gpus else 0.0
