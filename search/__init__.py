@@ -24,6 +24,9 @@ from search._src.sizing import load_prices
 from search._src.sizing import pareto
 from search._src.sizing import plot_pareto
 from search._src.sizing import size_cluster
+from search._src.sizing_search import RelaxedSizing
+from search._src.sizing_search import relaxed_front
+from search._src.sizing_search import relaxed_sizing
 from search._src.space import FAMILIES
 from search._src.space import SpaceOptions
 from search._src.space import default_families
@@ -34,6 +37,7 @@ __all__ = (
     "Framework",
     "MixedResult",
     "RelaxConfig",
+    "RelaxedSizing",
     "SearchResult",
     "SizingResult",
     "SpaceOptions",
@@ -51,6 +55,8 @@ __all__ = (
     "plan_to_dict",
     "plot_pareto",
     "random_search",
+    "relaxed_front",
+    "relaxed_sizing",
     "rules_of_thumb",
     "simulated_annealing",
     "size_cluster",

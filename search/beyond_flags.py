@@ -8,6 +8,8 @@ Defined here and applied by ``search.plan``:
   python -m search.plan --prices examples/prices.yaml --size_nodes 1,2,4 \
       --target_step_s 120 --pareto_plot pareto.png
   python -m search.plan --prices examples/prices.yaml --mixed H800:1,H20:2
+  python -m search.plan --prices examples/prices.yaml --size_nodes 4 --sizing_search relaxed \
+      --target_step_s 120
 
 Bad values print one line naming the flag and exit with status 2.
 """
@@ -21,6 +23,7 @@ from absl import flags
 import costmodel as cm
 from search._src import mixed as mixed_lib
 from search._src import sizing
+from search._src import sizing_search
 
 _LORA_RANK = flags.DEFINE_float("lora_rank", 0, "LoRA rank of the actor (0: full fine-tuning).")
 _LORA_TARGETS = flags.DEFINE_list("lora_targets", list(cm.LoRA().targets),
@@ -47,6 +50,15 @@ _TARGET_RATE = flags.DEFINE_float("target_samples_per_s", None, "Lowest acceptab
 _BUDGET = flags.DEFINE_float("budget_per_hour", None, "Highest acceptable cluster price per hour.")
 _PLOT = flags.DEFINE_string("pareto_plot", None, "Write the Pareto front plot to this path.")
 _MIXED = flags.DEFINE_list("mixed", None, "Mixed GPU types: GPU:nodes,GPU:nodes (with --prices).")
+_SIZING_SEARCH = flags.DEFINE_enum(
+    "sizing_search", "enumerate", ["enumerate", "relaxed"],
+    "How --size_nodes / --mixed search: enumerate every type and node count, or relax pool "
+    "sizes and types (up to the largest --size_nodes per type) and round to whole nodes.")
+_TYPE_PER_POOL = flags.DEFINE_bool(
+    "size_type_per_pool", False, "With --sizing_search relaxed and --size_nodes: each pool "
+    "picks its GPU type (a mixed cluster) instead of one type for the cluster.")
+_RELAXED_STARTS = flags.DEFINE_integer("sizing_starts", 8, "Relaxed sizing: starts per family.")
+_RELAXED_STEPS = flags.DEFINE_integer("sizing_steps", 120, "Relaxed sizing: optimisation steps.")
 
 
 def apply_job_flags(job: cm.RLJob) -> cm.RLJob:
@@ -84,23 +96,30 @@ def _groups(items) -> dict:
   return out
 
 
+def _nodes() -> list[int]:
+  nodes = []
+  for n in _SIZE_NODES.value:
+    if not n.isdigit() or int(n) < 1:
+      raise ValueError(f"--size_nodes: {n!r} must be a whole node count >= 1")
+    nodes.append(int(n))
+  return nodes
+
+
 def run_cost(job: cm.RLJob, gpus_per_node: int) -> int:
   """Sizes the cluster or assigns mixed types; prints the result; exit status."""
   try:
     if not _PRICES.value:
       raise ValueError("--prices is needed with --size_nodes or --mixed")
     prices = sizing.load_prices(_PRICES.value)
+    if _SIZING_SEARCH.value == "relaxed":
+      return _run_relaxed(job, prices, gpus_per_node)
     if _MIXED.value:
       groups = _groups(_MIXED.value)
       result = mixed_lib.mixed_cluster(job, groups, {g: prices.get(g) for g in groups},
                                        gpus_per_node)
       print(mixed_lib.format_mixed(result))
       return 0 if result.best is not None else 1
-    nodes = []
-    for n in _SIZE_NODES.value:
-      if not n.isdigit() or int(n) < 1:
-        raise ValueError(f"--size_nodes: {n!r} must be a whole node count >= 1")
-      nodes.append(int(n))
+    nodes = _nodes()
     planner = mixed_lib.layouts_planner if _PLANNER.value == "layouts" else _PLANNER.value
     res = sizing.size_cluster(job, prices, tuple(nodes), gpus_per_node,
                               target_step_s=_TARGET_STEP.value,
@@ -118,3 +137,38 @@ def run_cost(job: cm.RLJob, gpus_per_node: int) -> int:
     sizing.plot_pareto(res.options, _PLOT.value)
     print(f"wrote {_PLOT.value}")
   return 0 if res.cheapest is not None else 1
+
+
+def _run_relaxed(job: cm.RLJob, prices: dict, gpus_per_node: int) -> int:
+  """``--sizing_search relaxed``: the cheapest option meeting the target and, with
+  ``--budget_per_hour``, the fastest within it; prints both and the options scored."""
+  kw = dict(gpus_per_node=gpus_per_node, starts=_RELAXED_STARTS.value,
+            steps=_RELAXED_STEPS.value)
+  if _MIXED.value:
+    groups = _groups(_MIXED.value)
+    kw.update(groups=groups, share_type=False, prices={g: prices.get(g) for g in groups})
+  else:
+    kw.update(nodes=max(_nodes()), share_type=not _TYPE_PER_POOL.value, prices=prices)
+  runs = [("cheapest meeting the target", sizing_search.relaxed_sizing(
+      job, goal="cheapest", target_step_s=_TARGET_STEP.value,
+      target_samples_per_s=_TARGET_RATE.value, **kw))]
+  if _BUDGET.value is not None:
+    runs.append(("fastest within the budget", sizing_search.relaxed_sizing(
+        job, goal="fastest", budget_per_hour=_BUDGET.value, **kw)))
+  scored = {(o.gen_gpu, o.gen_nodes, o.train_gpu, o.train_nodes): o for _, r in runs
+            for o in r.options}
+  options = [sizing_search.as_cluster_option(o, job) for o in scored.values()]
+  print(sizing.format_options(options, sizing.pareto(options)))
+  for tag, r in runs:
+    o = r.best
+    where = "none" if o is None else (
+        f"all on {o.gen_nodes} x {o.gen_gpu}" if o.colocated else
+        f"gen {o.gen_nodes} x {o.gen_gpu}, train {o.train_nodes} x {o.train_gpu}")
+    tail = "" if o is None else (f", step {o.step_time_s:.1f} s, {o.cost_per_step:.3f} per "
+                                 f"step, mode {o.plan.mode.name}")
+    print(f"{tag} (relaxed, {r.assignments} assignments scored, {r.wall_time_s:.0f} s): "
+          f"{where}{tail}")
+  if _PLOT.value:
+    sizing.plot_pareto(options, _PLOT.value)
+    print(f"wrote {_PLOT.value}")
+  return 0 if runs[0][1].best is not None else 1

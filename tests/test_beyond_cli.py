@@ -18,6 +18,12 @@ import pytest
     (["--size_nodes", "1"], "--prices"),
     (["--prices", "examples/prices.yaml", "--mixed", "H800:x"], "--mixed"),
     (["--prices", "examples/prices.yaml", "--size_nodes", "0"], "--size_nodes"),
+    (["--prices", "examples/prices.yaml", "--size_nodes", "2", "--sizing_search", "relaxed",
+      "--sizing_starts", "0"], "starts=0"),
+    (["--prices", "examples/prices.yaml", "--size_nodes", "2", "--sizing_search", "relaxed",
+      "--target_step_s", "-5"], "target_step_s=-5.0"),
+    (["--prices", "examples/prices.yaml", "--mixed", "H800:1,B200:1", "--sizing_search",
+      "relaxed"], "B200"),
 ])
 def test_bad_flags_exit_2_with_one_line(args, needle):
   p = subprocess.run([sys.executable, "-m", "search.plan", *args], capture_output=True,

@@ -10,6 +10,7 @@ import pytest
 import costmodel as cm
 from costmodel._src.fit.validation import lora_cases
 from costmodel._src.ops import lora as lora_lib
+from costmodel._src.stages import generate as gen_lib
 from costmodel._src.stages import registry
 from costmodel._src.step import algorithms
 from costmodel._src.step.result import MEMORY_PARTS
@@ -163,6 +164,38 @@ def test_verl_lora_max_batch_row_fits_at_a_smaller_batch():
   row = next(r for r in lora_cases.VERL_ROWS if r.row_id == "N27:32b")
   assert lora_cases.fits(row, 128)
   assert not lora_cases.fits(row, 512)
+
+
+def test_engine_workspace_follows_the_profile_run():
+  model = cm.models.get("qwen2.5-7b")
+  engine = cm.Engine(max_seqs=512.0, max_batched_tokens=1536.0)
+  # Per token of one layer: gate, up and activated MLP outputs 3 x 18944, q, k, v
+  # and attention output (2 x 28 + 2 x 4) x 128, residual and input 2 x 3584, in
+  # BF16; the sampler's float32 logits and probabilities of min(512, 1536) rows.
+  per_token = 3 * 18944 + 64 * 128 + 2 * 3584
+  want = 1536 * per_token * 2 + 512 * 152064 * 4 * 2
+  assert float(gen_lib.workspace_bytes(model, engine)) == pytest.approx(want, rel=1e-6)
+  tp2 = float(gen_lib.workspace_bytes(model, engine.replace(tp=2.0)))
+  assert tp2 == pytest.approx(want - 1536 * (3 * 18944 + 64 * 128) * 2 / 2, rel=1e-6)
+  rows = float(gen_lib.workspace_bytes(model, engine.replace(max_batched_tokens=256.0)))
+  assert rows == pytest.approx(256 * per_token * 2 + 256 * 152064 * 8, rel=1e-6)
+  assert float(gen_lib.workspace_bytes(model, cm.Engine())) == gen_lib.WORKSPACE_BYTES
+  with pytest.raises(ValueError, match="max_batched_tokens=0"):
+    cm.Engine(max_batched_tokens=0.0)
+
+
+def test_verl_7b_lora_row_fits_with_its_scripts_token_budget():
+  row = next(r for r in lora_cases.VERL_ROWS if r.row_id == "N27:7b")
+  assert row.max_batched_tokens == 1536.0
+  job, plan, cluster = lora_cases.verl_lora_setup(row, 10)
+  est = cm.estimate(job, plan, cluster)
+  gen = est.stage_names.index("generate")
+  assert bool(est.feasible) and float(est.memory_excess[gen]) == 0.0
+  # With the fixed 2 GiB workspace the engine (0.2 x 80 GiB less 14.2 GiB of
+  # weights) has no room for one sequence's KV.
+  fixed = plan.replace(engine=plan.engine.replace(max_batched_tokens=None))
+  assert float(cm.estimate(job, fixed, cluster).memory_excess[gen]) > 0.0
+  assert lora_cases.predicted_max_batch(row) > 0
 
 
 def test_lora_cases_name_their_rows():

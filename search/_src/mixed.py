@@ -43,7 +43,8 @@ def train_layouts(job: cm.RLJob) -> tuple[cm.Parallel, ...]:
           cm.Parallel(tp=8.0, micro_batch=1.0, zero_stage=1.0, recompute=2.0))
 
 
-def _valid(job, plan, cluster) -> bool:
+def valid(job, plan, cluster) -> bool:
+  """Whether ``plan`` passes :func:`costmodel.validate_plan` on ``cluster``."""
   try:
     cm.validate_plan(plan, job, cluster)
   except ValueError:
@@ -64,7 +65,7 @@ def split_plans(job: cm.RLJob, cluster: cm.Cluster, gen: cm.Pool, train: cm.Pool
       continue
     plan = plan.replace(pools=(cm.Pool("gen", float(gen.gpus), gen.accelerator),
                                cm.Pool("train", float(train.gpus), train.accelerator)))
-    if _valid(job, plan, cluster):
+    if valid(job, plan, cluster):
       out.append(plan)
   return out
 
@@ -80,7 +81,7 @@ def colocated_plans(job: cm.RLJob, cluster: cm.Cluster, pool: cm.Pool):
     except ValueError:
       continue
     plan = plan.replace(pools=(cm.Pool("all", float(pool.gpus), pool.accelerator),))
-    if _valid(job, plan, cluster):
+    if valid(job, plan, cluster):
       out.append(plan)
   return out
 
@@ -98,15 +99,15 @@ def best_plan(job: cm.RLJob, cluster: cm.Cluster, plans, efficiency=None):
   return best
 
 
-def layouts_planner(job: cm.RLJob, cluster: cm.Cluster) -> SearchResult:
+def layouts_planner(job: cm.RLJob, cluster: cm.Cluster, modes=MODES) -> SearchResult:
   """A planner for :func:`search.size_cluster`: the fastest of the colocated and
-  split ladders on a one-type cluster (no search)."""
+  split ladders on a one-type cluster (no search); ``modes``: those of the splits."""
   hw = cluster.accelerator
   n, per = cluster.n_gpus, cluster.gpus_per_node
   plans = colocated_plans(job, cluster, cm.Pool("all", float(n), hw))
   for g in range(per, n, per):
     plans += split_plans(job, cluster, cm.Pool("gen", float(g), hw),
-                         cm.Pool("train", float(n - g), hw))
+                         cm.Pool("train", float(n - g), hw), modes)
   plan, est = best_plan(job, cluster, plans)
   if plan is None:
     return SearchResult(method="layouts", infeasible_reason="no layout of the ladder fits")
@@ -154,7 +155,8 @@ class MixedResult(NamedTuple):
   options: tuple[MixedOption, ...]
 
 
-def _option(job, cluster, prices, gen, gen_nodes, train, train_nodes, plans, per_node):
+def option(job, cluster, prices, gen, gen_nodes, train, train_nodes, plans, per_node):
+  """The :class:`MixedOption` of the fastest feasible plan of ``plans``."""
   plan, est = best_plan(job, cluster, plans)
   per_hour = per_node * (prices[gen] * gen_nodes + prices[train] * train_nodes)
   if plan is None:
@@ -202,11 +204,11 @@ def mixed_cluster(job: cm.RLJob, groups: dict, prices: dict, gpus_per_node: int 
           continue
         plans = split_plans(job, cluster, cm.Pool("gen", float(gn * per), hw[gen]),
                             cm.Pool("train", float(tn * per), hw[train]), modes)
-        options.append(_option(job, cluster, prices, gen, gn, train, tn, plans, per))
+        options.append(option(job, cluster, prices, gen, gn, train, tn, plans, per))
   for gpu in groups:
     for n in range(1, groups[gpu] + 1):
       plans = colocated_plans(job, cluster, cm.Pool("all", float(n * per), hw[gpu]))
-      options.append(_option(job, cluster, prices, gpu, n, gpu, 0, plans, per))
+      options.append(option(job, cluster, prices, gpu, n, gpu, 0, plans, per))
   options.sort(key=lambda o: (o.cost_per_step, o.step_time_s))
   ok = [o for o in options if o.feasible]
   cheapest = min(groups, key=lambda g: prices[g])

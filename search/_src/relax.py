@@ -108,6 +108,10 @@ def _schedule(cfg: RelaxConfig, t, start, end):
 
 def _objective(fs_static, job, cluster, eff, x, tau, weight):
   structure, fs = fs_static
+  # A space may bring its own objective (same signature and outputs), e.g.
+  # :mod:`search._src.sizing_relax`, whose ``job`` argument is its problem.
+  if hasattr(fs, "relaxed_objective"):
+    return fs.relaxed_objective(job, cluster, eff, x, tau, weight)
   v = fs.relaxed_values(x)
   plan = structure.to_plan(v)
   with cm.positive_tau():  # tau > 0 throughout: trace the smooth model only

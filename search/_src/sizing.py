@@ -12,7 +12,9 @@ callable ``(job, cluster) -> SearchResult``. Each option's cost per step is
 samples of a step. :func:`pareto` keeps the options no other option beats
 on both cost and step time; :func:`size_cluster` picks the cheapest option
 that meets a target step time or throughput, and the fastest one under a
-budget per hour.
+budget per hour. :func:`search.relaxed_sizing` searches pool sizes and GPU
+types by gradient instead (:mod:`search._src.sizing_search`); this
+enumeration is its check.
 """
 
 from __future__ import annotations

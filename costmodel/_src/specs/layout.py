@@ -161,6 +161,11 @@ class Engine:
       all-to-all (wide EP when ``tp`` spans nodes). For MLA, whose latent KV
       TP would replicate, concurrency grows about ``tp``-fold.
     precision: Formats of weights, GEMMs and KV (static; :class:`Precision`).
+    max_batched_tokens: Tokens of one engine step (vLLM's
+      ``max_num_batched_tokens``; static): sizes the profile run's activation
+      peak that vLLM keeps out of the KV cache
+      (:func:`costmodel._src.stages.generate.workspace_bytes`). None: a fixed
+      workspace (``WORKSPACE_BYTES``).
   """
 
   tp: jax.Array | float = 1.0
@@ -174,6 +179,7 @@ class Engine:
   # ----- MoE and precision ------------------------------------------------
   dp_attention: jax.Array | float = 0.0
   precision: Precision = pytree.static_field(default=Precision())
+  max_batched_tokens: float | None = pytree.static_field(default=None)
 
   def __post_init__(self):
     if isinstance(self.dp_attention, (bool, np.bool_)):
@@ -184,6 +190,8 @@ class Engine:
     pytree.check_instance("Engine", Precision, precision=self.precision)
     pytree.check_fraction("Engine", memory_fraction=self.memory_fraction)
     pytree.check_one_of("Engine", SYNC_BACKENDS, sync_backend=self.sync_backend)
+    if self.max_batched_tokens is not None:
+      pytree.check_at_least("Engine", 1, max_batched_tokens=self.max_batched_tokens)
 
   def replace(self, **changes) -> Engine:
     return dataclasses.replace(self, **changes)

@@ -55,7 +55,39 @@ from costmodel._src.specs.model import ModelSpec
 from costmodel._src.stages import common
 from costmodel._src.stages import infer as infer_lib
 
-WORKSPACE_BYTES = 2.0 * 2**30  # activations, CUDA graphs, sampler buffers
+# The engine's memory besides weights and KV cache, when its token budget is
+# not given (``Engine.max_batched_tokens`` None): activations, sampler buffers.
+WORKSPACE_BYTES = 2.0 * 2**30
+ACTIVATION_BYTES = 2.0  # BF16 activations of the profile run
+LOGIT_BYTES = 4.0  # the sampler's float32 logits and probabilities, one buffer each
+LOGIT_BUFFERS = 2.0
+
+
+def workspace_bytes(model: ModelSpec, engine: Engine):
+  """Per-GPU engine memory besides weights and KV cache: the peak of vLLM's profile run.
+
+  vLLM gives the KV cache ``gpu_memory_utilization x total memory`` minus the
+  peak of a profile run: the weights, the activations of one forward pass over
+  ``max_num_batched_tokens`` tokens, and the sampler's logits of
+  ``min(max_num_seqs, max_num_batched_tokens)`` requests; CUDA graphs are
+  captured after the KV cache is allocated, outside that budget
+  (vllm-project/vllm@0012cf691b7e69423244d2b1405f4b6832156e19
+  ``vllm/v1/worker/gpu_worker.py``: ``determine_available_memory``,
+  ``compile_or_warm_up_model``). One layer's live activations per token: the
+  MLP's gate and up outputs and its activated output (sharded by TP), the
+  attention's q, k, v and output, and two hidden-size buffers (residual and
+  normed input). Allocations outside torch (NCCL, cuBLAS) are left out.
+  Without ``engine.max_batched_tokens`` the fixed :data:`WORKSPACE_BYTES`.
+  """
+  tokens = engine.max_batched_tokens
+  if tokens is None:
+    return jnp.asarray(WORKSPACE_BYTES)
+  mlp = (3.0 if model.gated_mlp else 2.0) * model.ffn_hidden
+  attn = (2.0 * model.n_heads + 2.0 * model.n_kv_heads) * model.head_dim
+  per_token = (mlp + attn) / engine.tp + 2.0 * model.hidden
+  rows = jnp.minimum(engine.max_seqs, float(tokens))
+  return (float(tokens) * per_token * ACTIVATION_BYTES
+          + rows * model.vocab * LOGIT_BYTES * LOGIT_BUFFERS)
 
 
 def dp_attention_select(engine: Engine, on: Callable[[], Any], off: Callable[[], Any]):
@@ -249,7 +281,8 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
   if engine.memory_fraction is None:  # outside a plan: assume a shared pool
     engine = layout_lib.resolve_memory_fraction(engine, shared=True)
   limit = engine.memory_fraction * hw.hbm_bytes
-  kv_budget = smooth.relu(limit - weights - WORKSPACE_BYTES, hw.hbm_bytes, tau)
+  workspace = workspace_bytes(model, engine)
+  kv_budget = smooth.relu(limit - weights - workspace, hw.hbm_bytes, tau)
   kv_tokens = kv_budget / kv_tok
   second_moment = jnp.mean(knots**2)
   ctx_running = prompt + 0.5 * second_moment / mean_resp  # length-biased
@@ -308,7 +341,7 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
   min_kv = (prompt + cap_resp) * kv_tok  # one request may reach the cap
   memory = common.Memory.zeros()._replace(
       weights=weights, kv_cache=smooth.smax(kv_budget, min_kv, tau),
-      workspace=jnp.asarray(WORKSPACE_BYTES))
+      workspace=workspace)
   return common.make_cost(
       compute_s, memory_s, comm_s, jnp.zeros(()), overhead_s, work, depth, total_flops,
       memory, replicas=replicas, concurrency=conc,
