@@ -209,3 +209,11 @@ def test_block_sweep_finds_the_best_of_each_block(search_job, cluster_2x8, compa
   assert swept.objective[0] <= one.objective[0]
   with pytest.raises(ValueError, match="plans=0"):
     rounding.block_sweep(ev, one, plans=0)
+
+
+def test_block_sweep_couples_a_colocated_role_with_the_engines_memory(search_job, cluster_2x8):
+  colocated = space_lib.build("colocated", search_job, cluster_2x8)
+  split = space_lib.build(FAMILY, search_job, cluster_2x8)
+  assert rounding._coupled(colocated, "actor") == colocated.index("engine.memory_fraction")
+  assert rounding._coupled(colocated, "engine") is None
+  assert rounding._coupled(split, "actor") is None  # the actor trains on its own pool

@@ -235,6 +235,20 @@ def local_search(ev: evaluate.Evaluator, seeds: Ranked, max_iters: int = 50) -> 
 
 # Rows of a block's grid scored per plan at most (a uniform sample beyond).
 MAX_BLOCK_ROWS = 1 << 17
+# Fastest over-memory rows of a role's block retried at every engine memory fraction.
+COUPLED_TRIES = 64
+
+
+def _coupled(fs: space_lib.FamilySpace, block: str) -> int | None:
+  """Column of the engines' memory fraction when ``block`` is a role that
+  shares the rollout pool with the engines (its memory competes with their KV
+  cache), else None."""
+  name = "engine.memory_fraction"
+  roles = fs.structure.roles
+  if (block not in roles or name not in fs.names or len(fs.var(name).options) < 2
+      or fs.structure.placement.pool_of(block) != fs.rollout_pool):
+    return None
+  return fs.index(name)
 
 
 def block_sweep(ev: evaluate.Evaluator, ranked: Ranked, plans: int = 2, rounds: int = 2,
@@ -246,10 +260,13 @@ def block_sweep(ev: evaluate.Evaluator, ranked: Ranked, plans: int = 2, rounds: 
   every option combination of that block that gives a valid plan with the
   other variables held (the grid of a block beyond :data:`MAX_BLOCK_ROWS`
   rows is sampled uniformly), all scored in one batch; the best replaces the
-  plan. Rounds repeat over the blocks until none improves (at most
-  ``rounds``). It reaches layouts that differ from the plan in several of a
-  role's degrees at once (a role's TP, PP and recompute together), which
-  single and paired moves (:func:`local_search`) cannot.
+  plan. A role that shares its pool with the engines competes with their KV
+  cache, so its :data:`COUPLED_TRIES` fastest layouts that do not fit are
+  retried at every engine memory fraction. Rounds repeat over the blocks
+  until none improves (at most ``rounds``). It reaches layouts that differ
+  from the plan in several of a role's degrees at once (a role's TP, PP and
+  recompute together), which single and paired moves (:func:`local_search`)
+  cannot.
 
   Returns:
     ``ranked`` with every row scored here, ranked.
@@ -270,6 +287,7 @@ def block_sweep(ev: evaluate.Evaluator, ranked: Ranked, plans: int = 2, rounds: 
     else:
       grid = np.asarray(list(itertools.product(*[fs.vars[j].options for j in idx])))
     grids[name] = (list(idx), grid.astype(np.float64))
+  coupled = {block: _coupled(fs, block) for block in grids}
   visited = [ranked]
   ranked = result_lib.rank(ranked)
   pools = list(dict(fs.blocks)["pools"])
@@ -290,13 +308,25 @@ def block_sweep(ev: evaluate.Evaluator, ranked: Ranked, plans: int = 2, rounds: 
     cur_o = float(result_lib.objective(s.step_time_s, s.feasible, s.excess)[0])
     for _ in range(rounds):
       improved = False
-      for idx, grid in grids.values():
+      for block, (idx, grid) in grids.items():
         cand = np.tile(cur, (len(grid), 1))
         cand[:, idx] = grid
         cand = cand[fs.valid(cand)]
         if not len(cand):
           continue
         s = ev.scores(cand)
+        col = coupled[block]
+        over = np.flatnonzero(~s.feasible & np.isfinite(s.step_time_s))
+        if col is not None and len(over):
+          fastest = over[np.argsort(s.step_time_s[over], kind="stable")[:COUPLED_TRIES]]
+          opts = fs.vars[col].options
+          more = np.repeat(cand[fastest], len(opts), 0)
+          more[:, col] = np.tile(opts, len(fastest))
+          more = more[fs.valid(more)]
+          if len(more):
+            s2 = ev.scores(more)
+            cand = np.concatenate([cand, more], 0)
+            s = type(s)(*(np.concatenate([a, b]) for a, b in zip(s, s2, strict=True)))
         visited.append(Ranked(cand, s.step_time_s, s.feasible, s.excess))
         o = result_lib.objective(s.step_time_s, s.feasible, s.excess)
         k = int(np.argmin(o))
