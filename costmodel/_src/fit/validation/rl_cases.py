@@ -14,9 +14,10 @@ them:
   published (the wandb projects that hold the mean are not public text). It
   is inferred once per group of runs from one anchor stage, the colocated
   run's ``update_actor`` time on the fewest GPUs (training time is linear in
-  tokens), with the default efficiency parameters; that anchor case is then
-  marked as used for the inference and the group's other stages and steps
-  are predictions;
+  tokens), with the default efficiency parameters, and separately for the
+  group's fully asynchronous runs from theirs (:func:`_dapo28k_runs`); that anchor case is then
+  left out of the cases (it is matched, not predicted) and the group's other
+  stages and steps are predictions;
 * DAPO dynamic sampling is not modelled (over-sampling factor 1);
 * veRL's ``timing_s/gen`` of a colocated run includes the engine wake-up and
   the weight reshard, so it is compared with generate + switch + weight sync.
@@ -370,7 +371,10 @@ def run_cases(run: Run) -> list[Case]:
 
 
 def all_rl_cases() -> list[Case]:
-  return [c for r in runs() for c in run_cases(r)]
+  """Every run's step and stage cases but the anchors' stages (matched to
+  infer a missing input, not predicted: :func:`anchor_case_labels`)."""
+  anchors = anchor_case_labels()
+  return [c for r in runs() for c in run_cases(r) if c.label not in anchors]
 
 
 SKIPPED_RL = {
