@@ -386,4 +386,7 @@ SKIPPED_RL = {
     "rl:168-175": "headline claims without configuration",
     "rl:103, rl:104, rl:110 (full fine-tuning)": "the scripts of these sizes train a LoRA "
                                                  "actor: predicted as LoRA runs (group rl_lora)",
+    "update_actor of rl:1, rl:2, rl:14, rl_more:N8, rl_more:N9, rl:9, rl:10": (
+        "anchors: matched to infer their group's unpublished mean response (colocated and "
+        "fully asynchronous runs separately), not predictions"),
 }
