@@ -56,6 +56,7 @@ MECHANISMS = (
     ("switch_overhead_s", "engine sleep/wake fixed cost"),
     ("generate_overhead_s", "fixed cost per generation stage"),
     ("infer_overhead_s", "fixed cost per inference stage"),
+    ("infer_token_overhead_s", "serial controller cost per log-prob token"),
     ("train_overhead_s", "fixed cost per optimizer update"),
     ("train_call_overhead_s", "fixed cost per trainer call"),
 )

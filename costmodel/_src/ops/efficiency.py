@@ -74,11 +74,21 @@ class Efficiency:
       leave NVLink. 5 ms (a Ray task round trip is milliseconds).
     generate_overhead_s: Fixed overhead per generation stage.
     infer_overhead_s: Fixed overhead per inference stage.
+    infer_token_overhead_s: Serial cost per token of a log-prob (inference)
+      pass run through a single controller, whatever the GPUs: the driver
+      splits the batch, the workers pack it into token-budget micro-batches,
+      and the per-token outputs (log-probs, entropy) come back and are
+      re-padded and concatenated. 2.2 us, fitted on veRL's public
+      ``old_log_prob`` rows (the part of the stage that does not shrink with
+      the GPU count: 33 s of 108 s on 32 H20 for 12 M tokens).
     train_overhead_s: Fixed overhead per optimizer update (mini-batch).
     train_call_overhead_s: Fixed overhead per call into the trainer (one per
       training stage, or one per ``Mode.require_batches`` mini-batches when
       streaming): a remote call to every worker, the batch split and
-      balanced, FSDP's state re-gathered, metrics reduced. 2 s.
+      balanced, FSDP's state re-gathered, metrics reduced. 7.2 s, fitted on
+      veRL's fully-async ablation (``published_rl_more.csv`` N5-N7: the same
+      512-prompt step in 16, 8 and 4 trainer calls takes 181.1, 128.1 and
+      95.1 s of ``update_actor``, 7.2 s per extra call).
     sync_overhead_s: Fixed overhead per weight sync (the RPCs that start it and
       the engine's barrier; 0.05 s: veRL's checkpoint engine syncs a 7B model
       inside one node in 0.02 s, all costs included).
@@ -151,8 +161,9 @@ class Efficiency:
   cross_node_step_overhead_s: jax.Array | float = 5e-3
   generate_overhead_s: jax.Array | float = 1.0
   infer_overhead_s: jax.Array | float = 0.5
+  infer_token_overhead_s: jax.Array | float = 2.2e-6
   train_overhead_s: jax.Array | float = 0.05
-  train_call_overhead_s: jax.Array | float = 2.0
+  train_call_overhead_s: jax.Array | float = 7.2
   sync_overhead_s: jax.Array | float = 0.05
   sync_per_tensor_s: jax.Array | float = 0.5e-3
   sync_bucket_bytes: jax.Array | float = 4096.0 * 2**20
@@ -205,6 +216,7 @@ class Efficiency:
         batch_transfer_bytes_per_token=self.batch_transfer_bytes_per_token,
         generate_overhead_s=self.generate_overhead_s,
         infer_overhead_s=self.infer_overhead_s,
+        infer_token_overhead_s=self.infer_token_overhead_s,
         train_overhead_s=self.train_overhead_s,
         train_call_overhead_s=self.train_call_overhead_s,
         sync_overhead_s=self.sync_overhead_s,

@@ -201,18 +201,9 @@ def step_overhead_s(model: ModelSpec, engine: Engine, cluster: Cluster, eff: Eff
           + eff.cross_node_step_overhead_s * spans)
 
 
-def slowest_replica_longest(knots, n_requests):
-  """Expected longest of ``n_requests`` responses: where the slowest replica ends.
-
-  The top bin (1/K of the requests, at the last knot) is reached with
-  probability ``p = 1 - (1 - 1/K)^N``; otherwise the longest is the
-  second-highest knot. Smooth in ``n_requests``.
-  """
-  k_bins = knots.shape[-1]
-  if k_bins == 1:
-    return knots[-1]
-  p = 1.0 - jnp.exp(jnp.asarray(n_requests, float) * jnp.log1p(-1.0 / k_bins))
-  return knots[-2] + p * (knots[-1] - knots[-2])
+slowest_replica_longest = infer_lib.expected_longest
+"""Expected longest of ``n_requests`` responses: where the slowest replica ends
+(:func:`costmodel._src.stages.infer.expected_longest`)."""
 
 
 def prefill(model, job, engine, cluster, eff, tokens, prompt, tau=0.0):

@@ -44,6 +44,23 @@ def attention_context(job: RLJob):
   return 0.5 * jnp.mean(s**2) / jnp.mean(s)
 
 
+def expected_longest(knots, n_requests):
+  """Expected longest of ``n_requests`` responses drawn from the bins ``knots``.
+
+  Where the slowest engine replica ends, and how long the longest sequence of
+  a training mini-batch is.
+
+  The top bin (1/K of the requests, at the last knot) is reached with
+  probability ``p = 1 - (1 - 1/K)^N``; otherwise the longest is the
+  second-highest knot. Smooth in ``n_requests``.
+  """
+  k_bins = knots.shape[-1]
+  if k_bins == 1:
+    return knots[-1]
+  p = 1.0 - jnp.exp(jnp.asarray(n_requests, float) * jnp.log1p(-1.0 / k_bins))
+  return knots[-2] + p * (knots[-1] - knots[-2])
+
+
 def batch_transfer_s(job: RLJob, eff: Efficiency, samples=None):
   """Hand-off of one step's batch between roles through the controller.
 
@@ -116,7 +133,8 @@ def infer(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
   memory_s = m * pt.memory_s
   comm_s = m * (pt.comm_s + gather_exposed)
   bubble_s = (layout.pp - 1.0) * stage_s
-  overhead_s = eff.infer_overhead_s + (batch_transfer_s(job, eff, n) if controller else 0.0)
+  overhead_s = eff.infer_overhead_s + (
+      batch_transfer_s(job, eff, n) + n * seq * eff.infer_token_overhead_s if controller else 0.0)
   flops = n * seq * model.forward_flops_per_token(ctx)
   work_gpu_s = flops / (hw.peak_flops_per_s * hw.matmul_efficiency_max)
   depth_s = layout.pp * stage_s  # one micro-batch through every stage

@@ -106,6 +106,37 @@ def fp8_cast_s(work, flop_multiplier, hw, eff: Efficiency, compute: str):
                               n_ops=work.n_gemms * flop_multiplier)
 
 
+def longest_sequence_factor(model: ModelSpec, job: RLJob, layout: Parallel, cluster: Cluster,
+                            eff: Efficiency, batch, rank_s, flop_mult, coll_mult, lm_head=True,
+                            tau=0.0):
+  """How much longer an update takes than its mean rank: the rank with the longest sequence.
+
+  A sequence is never split over data-parallel ranks (veRL's dynamic batching
+  and balancing move whole sequences; CP splits one over its ``cp`` GPUs,
+  which are one rank here), so every update waits for the rank that holds the
+  longest of its ``batch`` sequences (:func:`infer.expected_longest`): at
+  least one pass over that sequence, its attention at its own length, however
+  many ranks share the rest. Past the GPU count where a rank's mean share
+  (``rank_s``, the pass time of its micro-batches) falls below that pass, more
+  GPUs stop shortening the update: the training counterpart of generation's
+  slowest replica.
+
+  Returns:
+    ``max(rank_s, longest pass) / rank_s`` (smooth for tau > 0), >= 1.
+  """
+  longest = jnp.asarray(job.prompt_len, float) + infer_lib.expected_longest(
+      jnp.asarray(job.response.knots, float), batch)
+  work = layers.forward_work(model, longest, 0.5 * longest, tp=layout.tp, pp=layout.pp,
+                             cp=layout.cp, ep=layout.ep, param_bytes=job.param_bytes,
+                             lm_head=lm_head, sequence_parallel=layout.sequence_parallel,
+                             flash_attention=layout.flash_attention, etp=layout.etp)
+  pt = common.pass_time(work, flop_mult, cluster, eff, layout.tp, layout.cp, layout.ep, tau,
+                        collective_multiplier=coll_mult, compute_efficiency=eff.train_efficiency,
+                        dtype=layout.precision.compute, ep_overlap=layout.ep_overlap)
+  long_s = pt.compute_s + pt.memory_s + pt.comm_s
+  return smooth.smax(rank_s, long_s, tau) / jnp.maximum(rank_s, 1e-12)
+
+
 def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cluster,
           eff: Efficiency, tau=0.0, samples=None, lm_head: bool = True,
           global_batch=None, seq_len=None, updates=None, calls=1.0,
@@ -170,6 +201,9 @@ def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
       eff.attention_efficiency * eff.train_efficiency)
                   + roofline.memory_time(score_bytes, hw, eff, work.layers), 0.0)
   stage_s = pt.compute_s + pt.memory_s + pt.comm_s + sel
+  straggle = (longest_sequence_factor(model, job, layout, cluster, eff, batch, m * stage_s,
+                                      flop_mult, coll_mult, lm_head, tau)
+              if seq_len is None else 1.0)
 
   # Pipeline hand-offs: activations forward, gradients backward, per boundary;
   # each TP rank sends its 1/tp share (SP, or Megatron's scatter/gather).
@@ -199,9 +233,10 @@ def train(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
   passes = 2.0 + jnp.where(rc >= 2, 1.0, 0.0)
   param_stream_s = jnp.where(z >= 3, m * passes * shard / dp_group * job.param_bytes / host_bw,
                              0.0)
-  per_update_compute = m * (pt.compute_s + sel)
-  per_update_memory = m * pt.memory_s + (1.0 - off) * opt_gpu_s
-  per_update_comm = m * (pt.comm_s + p2p_s) + dp_exposed + off * (opt_host_s + param_stream_s)
+  per_update_compute = straggle * m * (pt.compute_s + sel)
+  per_update_memory = straggle * m * pt.memory_s + (1.0 - off) * opt_gpu_s
+  per_update_comm = (straggle * m * pt.comm_s + m * p2p_s + dp_exposed
+                     + off * (opt_host_s + param_stream_s))
   compute_s = n_updates * per_update_compute
   memory_s = n_updates * per_update_memory
   comm_s = n_updates * per_update_comm

@@ -18,7 +18,11 @@ advance on their own: tool calls overlap decoding), Ulysses SP 4 with FSDP2,
 * rl:10, 16 + 16 fully asynchronous: staleness threshold 1, partial
   rollouts, ``require_batches`` 1, ``trigger_parameter_sync_step`` 4 (a step
   is 4 x 1 x 16 = 64 prompts), old log-probs from the rollout, no offload,
-  memory fraction 0.8; step 221.36 s, update_actor 179.58 s.
+  memory fraction 0.8; step 221.36 s, update_actor 179.58 s. As for the
+  other fully asynchronous runs of the same README (rl:2-6, N1-N9: the
+  asynchronous settings change the response lengths), its tokens per turn
+  are inferred from its own ``update_actor`` (a second anchor), so its step
+  is the prediction.
 
 Not published: the turns per episode, the tokens per turn and per
 observation, and the tool latency. The cases assume :data:`TURNS` model turns
@@ -28,7 +32,8 @@ holding one of the :data:`SANDBOX_SLOTS` execution slots the tool's
 configuration allows, and infer the mean
 tokens per turn from rl:9's ``update_actor`` (the group's anchor, as for the
 other groups whose lengths are not published: training time follows the
-trajectory's tokens), so the other five numbers are predictions.
+trajectory's tokens; rl:10's from its own), so the other four numbers are
+predictions.
 With 1 s calls the 32 slots serve 1,024 x 3 calls in about 96 s, just under
 the engine's busy time, so generation comes out at about 104 s against the
 published 228 s; calls of 2.4 s would make the sandbox the bottleneck and
@@ -95,50 +100,59 @@ def _fsdp(job: RLJob, swap: float) -> Parallel:
                   zero_stage=3.0, recompute=2.0, swap=swap)
 
 
-def runs(mean_per_turn: float, turns: int = TURNS) -> list[rl_cases.Run]:
-  """rl:9 (colocated, 32 H20) and rl:10 (16 + 16 fully async)."""
+def runs(mean_per_turn: float, turns: int = TURNS,
+         async_mean_per_turn: float | None = None) -> list[rl_cases.Run]:
+  """rl:9 (colocated, 32 H20) and rl:10 (16 + 16 fully async, tokens per turn
+  ``async_mean_per_turn``, default ``mean_per_turn``)."""
+  if async_mean_per_turn is None:
+    async_mean_per_turn = mean_per_turn
   cluster = rl_cases.h20_cluster(32)
   job = _job(mean_per_turn, turns)
+  async_job = _job(async_mean_per_turn, turns)
   colocated = Plan.colocated(job, cluster, train=_fsdp(job, swap=1.0),
                              engine=Engine(tp=4.0, memory_fraction=0.9, max_seqs=1024.0))
   split = Plan(pools=(Pool("gen", 16.0), Pool("train", 16.0)),
-               roles=(RolePlan("actor", "train", train=_fsdp(job, swap=0.0)),),
+               roles=(RolePlan("actor", "train", train=_fsdp(async_job, swap=0.0)),),
                engine=Engine(tp=4.0, memory_fraction=0.8, max_seqs=1024.0), rollout_pool="gen",
                mode=Mode(staleness=1, staleness_threshold=1.0, partial_rollout=True,
                          require_batches=1, rollout_log_probs=True))
-  note = (f"{turns} turns assumed (not published), {mean_per_turn:.0f} tokens per turn "
-          "inferred from rl:9's update_actor; observations and tool latency assumed")
+  def note(mean, row):
+    return (f"{turns} turns assumed (not published), {mean:.0f} tokens per turn inferred "
+            f"from {row}'s update_actor; observations and tool latency assumed")
+
   return [rl_cases.Run("verl-retool-colocated-32", "veRL ReTool DAPO 7B colocated, 32 H20",
                        job, colocated, cluster, 375.47,
                        {"gen": 228.03, "old_log_prob": 35.19, "update_actor": 111.84},
-                       ("rl:9",), VERL_RETOOL, note),
+                       ("rl:9",), VERL_RETOOL, note(mean_per_turn, "rl:9")),
           rl_cases.Run("verl-retool-async-32", "veRL ReTool DAPO 7B fully async 16+16 H20",
-                       job, split, cluster, 221.36, {"update_actor": 179.58}, ("rl:10",),
-                       VERL_RETOOL, note)]
+                       async_job, split, cluster, 221.36, {"update_actor": 179.58}, ("rl:10",),
+                       VERL_RETOOL, note(async_mean_per_turn, "rl:10"))]
 
 
 ANCHOR_KEY, ANCHOR_STAGE = "verl-retool-colocated-32", "update_actor"
+ASYNC_ANCHOR_KEY = "verl-retool-async-32"
 
 
-_MEANS: dict[int, float] = {}
+_MEANS: dict[tuple[int, str], float] = {}
 
 
-def inferred_mean(turns: int = TURNS) -> float:
-  """Mean tokens per turn at which rl:9's ``update_actor`` matches (bisection,
-  cached per turn count)."""
-  if turns not in _MEANS:
-    _MEANS[turns] = rl_cases.infer_mean_response(
-        lambda m: runs(m, turns), ANCHOR_KEY, ANCHOR_STAGE, lo=50.0, hi=4000.0, iters=16)
-  return _MEANS[turns]
+def inferred_mean(turns: int = TURNS, key: str = ANCHOR_KEY) -> float:
+  """Mean tokens per turn at which run ``key``'s ``update_actor`` matches
+  (bisection, cached per turn count and run)."""
+  if (turns, key) not in _MEANS:
+    _MEANS[turns, key] = rl_cases.infer_mean_response(
+        lambda m: runs(m, turns), key, ANCHOR_STAGE, lo=50.0, hi=4000.0, iters=16)
+  return _MEANS[turns, key]
 
 
 def cases(turns: int = TURNS) -> list:
-  """The rows as prediction cases (group ``rl_multi_turn``); the anchor's
-  own ``gen`` is left out (it is matched, not predicted)."""
+  """The rows as prediction cases (group ``rl_multi_turn``); the anchors' own
+  ``update_actor`` is left out (it is matched, not predicted)."""
   out = []
-  for run in runs(inferred_mean(turns), turns):
+  for run in runs(inferred_mean(turns), turns, inferred_mean(turns, ASYNC_ANCHOR_KEY)):
     for c in rl_cases.run_cases(run):
-      if run.key == ANCHOR_KEY and c.label.endswith(f": {ANCHOR_STAGE}"):
+      if (run.key in (ANCHOR_KEY, ASYNC_ANCHOR_KEY)
+          and c.label.endswith(f": {ANCHOR_STAGE}")):
         continue
       out.append(c._replace(group="rl_multi_turn"))
   return out

@@ -14,9 +14,10 @@ them:
   published (the wandb projects that hold the mean are not public text). It
   is inferred once per group of runs from one anchor stage, the colocated
   run's ``update_actor`` time on the fewest GPUs (training time is linear in
-  tokens), with the default efficiency parameters; that anchor case is then
-  marked as used for the inference and the group's other stages and steps
-  are predictions;
+  tokens), with the default efficiency parameters, and separately for the
+  group's fully asynchronous runs from theirs (:func:`_dapo28k_runs`); that anchor case is then
+  left out of the cases (it is matched, not predicted) and the group's other
+  stages and steps are predictions;
 * DAPO dynamic sampling is not modelled (over-sampling factor 1);
 * veRL's ``timing_s/gen`` of a colocated run includes the engine wake-up and
   the weight reshard, so it is compared with generate + switch + weight sync.
@@ -93,13 +94,18 @@ def _fsdp(job: RLJob, cp: float, tokens_per_gpu: float, offload: float = 0.0) ->
                   zero_stage=3.0, recompute=2.0, offload=offload)
 
 
-def _dapo28k_runs(mean: float) -> list[Run]:
+def _dapo28k_runs(mean: float, async_mean: float | None = None) -> list[Run]:
   """Rows 1-6: DAPO Qwen2.5-Math-7B, 512 x 16, max response 28,672.
 
   The colocated runs have no published script: the async scripts' settings
   (rollout TP 4, memory fraction 0.8, Ulysses SP 4, 61,440 tokens per GPU) are
-  used for them too.
+  used for them too. The fully asynchronous runs get their own mean response
+  ``async_mean`` (default ``mean``): at the colocated runs' mean, rl:2's
+  16-GPU trainer would run its 8,192 samples at 110% of the H20s' peak
+  FLOP/s (fwd + bwd + full recompute), and the source notes that the
+  asynchronous settings change the response lengths.
   """
+  async_mean = mean if async_mean is None else async_mean
   out = []
   pub = {32: (790.1, 357.41, 107.71, 269.8, 294.77, 313.81),
          64: (365.28, 150.72, 70.26, 133.41, 189.26, 156.98),
@@ -123,6 +129,8 @@ def _dapo28k_runs(mean: float) -> list[Run]:
                    f"mean response {mean:.0f} (inferred); colocated settings assumed equal "
                    "to the async scripts' with the colocated scripts' actor offload"))
     half = gpus // 2
+    job = _dapo7b_job(28672.0, 16.0, async_mean)
+    train = _fsdp(job, 4.0, 61440.0)
     staleness_plan = Plan(
         pools=(Pool("gen", float(half)), Pool("train", float(half))),
         roles=(RolePlan("actor", "train", train=train),),
@@ -132,7 +140,7 @@ def _dapo28k_runs(mean: float) -> list[Run]:
     out.append(Run(f"verl-dapo7b-async-{gpus}", f"veRL DAPO 7B fully async {half}+{half} H20",
                    job, staleness_plan, cluster, a_step, {"update_actor": a_upd},
                    (f"rl:{ids[gpus][1]}",), VERL_FULLY_ASYNC,
-                   f"mean response {mean:.0f} (inferred); the doc's settings: staleness "
+                   f"mean response {async_mean:.0f} (inferred); the doc's settings: staleness "
                    "threshold 0.5, partial rollouts, require_batches 4, trigger_parameter_"
                    "sync_step 4, old log-probs from the rollout"))
   return out
@@ -197,9 +205,15 @@ def infer_mean_response(build, anchor_key: str, stage: str, lo: float = 100.0,
   return round(0.5 * (lo + hi))
 
 
+def _dapo28k_async_runs(mean: float) -> list[Run]:
+  """The fully asynchronous runs of rows 1-6 at mean response ``mean``."""
+  return [r for r in _dapo28k_runs(mean) if "-async-" in r.key]
+
+
 ANCHORS = {
     # group builder, anchor run, anchor stage
     "dapo28k": (_dapo28k_runs, "verl-dapo7b-colocated-32", "update_actor"),
+    "dapo28k_async": (_dapo28k_async_runs, "verl-dapo7b-async-32", "update_actor"),
     "one_step_off": (_one_step_off_runs, "verl-one-step-off-14", "update_actor"),
 }
 
@@ -287,7 +301,7 @@ def anchor_case_labels() -> set[str]:
 
 def _anchors() -> dict:
   from costmodel._src.fit.validation import async_cases  # pylint: disable=g-import-not-at-top
-  return {**ANCHORS, "dapo10k": async_cases.ANCHOR}
+  return {**ANCHORS, "dapo10k": async_cases.ANCHOR, "dapo10k_async": async_cases.ASYNC_ANCHOR}
 
 
 def runs() -> list[Run]:
@@ -301,9 +315,10 @@ def runs() -> list[Run]:
   from costmodel._src.fit.validation import async_cases  # pylint: disable=g-import-not-at-top
   means = inferred_means()
   full = [r for r in dschat_runs() if r.row_ids[0] not in DS_CHAT_LORA_ROWS]
-  return (_dapo28k_runs(means["dapo28k"]) + _one_step_off_runs(means["one_step_off"])
-          + [_dsv3_run()] + full + async_cases.ablation_runs(means["dapo28k"])
-          + async_cases.validate_pair_runs(means["dapo10k"]))
+  return (_dapo28k_runs(means["dapo28k"], means["dapo28k_async"])
+          + _one_step_off_runs(means["one_step_off"])
+          + [_dsv3_run()] + full + async_cases.ablation_runs(means["dapo28k_async"])
+          + async_cases.validate_pair_runs(means["dapo10k"], means["dapo10k_async"]))
 
 
 _LAST: dict = {}
@@ -356,7 +371,10 @@ def run_cases(run: Run) -> list[Case]:
 
 
 def all_rl_cases() -> list[Case]:
-  return [c for r in runs() for c in run_cases(r)]
+  """Every run's step and stage cases but the anchors' stages (matched to
+  infer a missing input, not predicted: :func:`anchor_case_labels`)."""
+  anchors = anchor_case_labels()
+  return [c for r in runs() for c in run_cases(r) if c.label not in anchors]
 
 
 SKIPPED_RL = {
@@ -368,4 +386,7 @@ SKIPPED_RL = {
     "rl:168-175": "headline claims without configuration",
     "rl:103, rl:104, rl:110 (full fine-tuning)": "the scripts of these sizes train a LoRA "
                                                  "actor: predicted as LoRA runs (group rl_lora)",
+    "update_actor of rl:1, rl:2, rl:14, rl_more:N8, rl_more:N9, rl:9, rl:10": (
+        "anchors: matched to infer their group's unpublished mean response (colocated and "
+        "fully asynchronous runs separately), not predictions"),
 }
