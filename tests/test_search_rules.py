@@ -53,26 +53,28 @@ def _fsdp(mb, roles=("actor", "reference")):
 
 _PPO_ROLES = ("actor", "reference", "critic", "reward")
 
-# Recorded from the rules before their checks were vectorised (one
-# validate_plan call per candidate row); the step times in seconds.
+# Layouts recorded from the rules before their checks were vectorised (one
+# validate_plan call per candidate row); the step times in seconds, re-recorded
+# when the RL step mechanisms (log-prob cost per token, longest-sequence wait,
+# trainer-call cost) changed the cost model, the layouts unchanged.
 _PINNED = {
     "default": (
         (("verl", "colocated", {"all": 64.0}, (2.0, 1.0, 0.5, 1024.0), _fsdp(8.0)),
-         89.17449188232422),
+         148.87420654296875),
         (("openrlhf", "split", {"gen": 32.0, "train": 32.0}, (1.0, 1.0, 0.95, 1024.0),
-          _fsdp(8.0)), 142.2387237548828),
+          _fsdp(8.0)), 201.93844604492188),
         (("kv_fit", "split", {"gen": 32.0, "train": 32.0}, (1.0, 1.0, 0.9, 4096.0),
-          _fsdp(8.0)), 142.2387237548828),
+          _fsdp(8.0)), 201.93844604492188),
     ),
     "ppo": (
         (("verl", "colocated", {"all": 16.0}, (2.0, 1.0, 0.5, 1024.0), _fsdp(8.0, _PPO_ROLES)),
-         315.3843688964844),
+         434.7838439941406),
         (("openrlhf", "split3", {"gen": 8.0, "actor": 4.0, "critic": 4.0},
-          (1.0, 1.0, 0.95, 1024.0), _fsdp(8.0, _PPO_ROLES)), 602.8506469726562),
+          (1.0, 1.0, 0.95, 1024.0), _fsdp(8.0, _PPO_ROLES)), 662.5503540039062),
         (("areal", "split_async_partial", {"gen": 12.0, "train": 4.0}, (1.0, 1.0, 0.9, 1024.0),
-          _fsdp(4.0, _PPO_ROLES)), 821.301025390625),
+          _fsdp(4.0, _PPO_ROLES)), 940.7005004882812),
         (("kv_fit", "split", {"gen": 12.0, "train": 4.0}, (1.0, 1.0, 0.9, 4096.0),
-          _fsdp(4.0, _PPO_ROLES)), 938.5863037109375),
+          _fsdp(4.0, _PPO_ROLES)), 1057.98583984375),
     ),
 }
 
