@@ -25,7 +25,9 @@ from costmodel._src.ops.efficiency import Efficiency
 from costmodel._src.ops.lora import LoRA
 from costmodel._src.ops.roofline import roofline
 from costmodel._src.ops.smooth import positive_tau
+from costmodel._src.ops.smooth import relu as smooth_relu
 from costmodel._src.pytree import check_one_of
+from costmodel._src.pytree import pytree_dataclass
 from costmodel._src.specs.cluster import Cluster
 from costmodel._src.specs.constraints import check_rules
 from costmodel._src.specs.constraints import engine_fields
@@ -97,15 +99,17 @@ __all__ = (
     "models",
     "placement",
     "placements",
-    "positive_tau",
     "plot",
+    "positive_tau",
     "published_table",
+    "pytree_dataclass",
     "read_verl_log",
     "required_roles",
     "roofline",
     "rule_mask",
     "rule_penalty",
     "rule_violations",
+    "smooth_relu",
     "split_cases",
     "steady_state",
     "validate_plan",
