@@ -47,6 +47,9 @@ _SAMPLES = flags.DEFINE_float("samples", 8, "Samples per prompt.")
 _FAMILIES = flags.DEFINE_list("families", None,
                               f"Families to search ({', '.join(search.FAMILIES)}).")
 _STARTS = flags.DEFINE_integer("starts", 64, "Random starts per family.")
+_DP_SEEDS = flags.DEFINE_boolean(
+    "dp_seeds", True, "Start the discrete phase from the cut DP's candidates too "
+    "(--nodp_seeds: the rounded relaxed solutions only).")
 _STEPS = flags.DEFINE_integer("steps", 200, "Relaxed optimisation steps.")
 _SEED = flags.DEFINE_integer("seed", 0, "Random seed.")
 _TOP_K = flags.DEFINE_integer("top_k", 5, "Plans to print.")
@@ -96,7 +99,8 @@ def main(argv) -> int:
                              steps=_STEPS.value, seed=_SEED.value, top_k=_TOP_K.value,
                              progress=True, framework=_FRAMEWORK.value,
                              compilation_cache=_CACHE.value,
-                             rollout_precision=tuple(_ROLLOUT_PRECISION.value), **mode)
+                             rollout_precision=tuple(_ROLLOUT_PRECISION.value),
+                             dp_seeds=_DP_SEEDS.value, **mode)
   except ValueError as e:
     print(e, file=sys.stderr)
     return 2

@@ -6,6 +6,7 @@ space, the on-policy families ``colocated`` and ``split``); one PPO job with a
 reward model exercises the second cut (``split3``: actor pool vs critic pool).
 """
 
+import numpy as np
 import pytest
 
 import costmodel as cm
@@ -89,3 +90,36 @@ def test_split3_cut_honours_the_gpu_total(h100, compact_space):
 def test_bad_input_names_the_field(kwargs, field, search_job, cluster_2x8):
   with pytest.raises(ValueError, match=field):
     search.cut_dp(search_job, cluster_2x8, **kwargs)
+
+
+def test_pool_level_by_hand():
+  from search._src import baselines
+  # 512 = 2^9 -> bit length of its lowest set bit 10; 256 -> 9; 12 = 4 + 8 -> 3; 7 -> 1.
+  np.testing.assert_array_equal(
+      baselines.pool_level(np.asarray([[512.0, 256.0], [512.0, 512.0], [12.0, 64.0],
+                                       [7.0, 1024.0]])), [9, 10, 3, 1])
+  assert baselines.pool_level(np.zeros((2, 0))).tolist() == [64, 64]
+
+
+def test_family_seeds_are_valid_coarse_plans_the_search_starts_from(
+    search_job, cluster_2x8, compact_space, dp):
+  from search._src import cut_dp
+  from search._src import evaluate
+  from search._src import space as space_lib
+  fs = space_lib.build("split", search_job, cluster_2x8, compact_space)
+  ev = evaluate.Evaluator(fs, chunk=256, full=True, search=True)
+  seeds = cut_dp.family_seeds(fs, ev)
+  assert len(seeds) and fs.valid(seeds).all()
+  pools = list(dict(fs.blocks)["pools"])
+  # Only the coarsest pool sizes that hold a plan: on 16 GPUs, multiples of 8 (level 4).
+  assert (np.asarray(seeds[:, pools]) % 8 == 0).all()
+  s = ev.scores(seeds)
+  best_seed = float(np.min(np.where(s.feasible, s.step_time_s, np.inf)))
+  assert best_seed >= dp.best_by_family_s["split"] * (1 - 1e-5)  # the DP sees finer splits too
+  # The search never ends above the seeds it started from.
+  res = search.optimize(search_job, cluster_2x8, families=("split",), starts=4, steps=20,
+                        space=compact_space)
+  assert res.best_step_time_s <= best_seed * (1 + 1e-6)
+  lean_only = evaluate.Evaluator(fs, chunk=256)
+  with pytest.raises(ValueError, match="full=True"):
+    cut_dp.family_seeds(fs, lean_only)

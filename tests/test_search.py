@@ -211,6 +211,58 @@ def test_block_sweep_finds_the_best_of_each_block(search_job, cluster_2x8, compa
     rounding.block_sweep(ev, one, plans=0)
 
 
+def test_block_sweep_moves_the_pool_sizes_and_sweeps_extra_splits(search_job, cluster_2x8,
+                                                                  compact_space):
+  fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)
+  ev = evaluate.Evaluator(fs, chunk=256, full=True, search=True)
+  ranked = rounding.score(ev, baselines_sample(fs, 64))
+  one = result_lib.Ranked(*(a[-1:] for a in ranked))  # the worst sampled plan
+  start = one.values[0]
+  swept = rounding.block_sweep(ev, one, plans=1, rounds=1)
+  # By hand: the best plan that differs from ``start`` in its pool sizes only.
+  idx = list(dict(fs.blocks)["pools"])
+  grid = np.asarray(list(itertools.product(*[fs.vars[j].options for j in idx])))
+  grid = grid[grid.sum(-1) <= cluster_2x8.n_gpus]
+  rows = np.tile(start, (len(grid), 1))
+  rows[:, idx] = grid
+  rows = rows[fs.valid(rows)]
+  assert len(rows) > 1  # the pool block has somewhere to go
+  s = ev.scores(rows)
+  best_pools = result_lib.objective(s.step_time_s, s.feasible, s.excess).min()
+  assert swept.objective[0] <= best_pools * (1 + 1e-6)
+  # ``extra``: the best plan of another split is swept too, so the result is at
+  # least as good as sweeping from that plan alone.
+  pools_of = lambda v: tuple(v[idx])
+  other = next(i for i in range(len(ranked.values))
+               if pools_of(ranked.values[i]) != pools_of(start))
+  extra = result_lib.Ranked(*(a[other:other + 1] for a in ranked))
+  alone = rounding.block_sweep(ev, extra, plans=1, rounds=1)
+  both = rounding.block_sweep(ev, one, plans=1, rounds=1, extra=extra)
+  assert both.objective[0] <= min(alone.objective[0], swept.objective[0]) * (1 + 1e-6)
+
+
+def baselines_sample(fs, n):
+  from search._src import baselines  # pylint: disable=g-import-not-at-top
+  return baselines._Blocks(fs).sample(np.random.default_rng(3), n)
+
+
+def test_stage_scores_match_whole_estimates(search_job, cluster_2x8, compact_space):
+  fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)
+  rows = baselines_sample(fs, 40)
+  lean = evaluate.Evaluator(fs, chunk=64, full=True, search=True).stage_scores(rows)
+  whole = evaluate.Evaluator(fs, chunk=64, full=True).stage_scores(rows)
+  est = evaluate.Evaluator(fs, chunk=64, full=True).estimates(rows[:3])
+  assert lean[1] == whole[1] == tuple(est[0].stage_names)
+  np.testing.assert_allclose(lean[0].step_time_s, whole[0].step_time_s, rtol=1e-5)
+  np.testing.assert_allclose(lean[2], whole[2], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(lean[3], whole[3], rtol=1e-5, atol=1e-7)
+  for i in range(3):  # a stage's duration is its end minus its start
+    np.testing.assert_allclose(lean[2][i], np.asarray(est[i].end_s) - np.asarray(est[i].start_s),
+                               rtol=1e-5, atol=1e-6)
+  with pytest.raises(ValueError, match="stage_scores"):
+    evaluate.Evaluator(fs).stage_scores(rows)
+
+
 def test_block_sweep_couples_a_colocated_role_with_the_engines_memory(search_job, cluster_2x8):
   colocated = space_lib.build("colocated", search_job, cluster_2x8)
   split = space_lib.build(FAMILY, search_job, cluster_2x8)

@@ -12,7 +12,6 @@ jitted, vmapped call; a running top-k is kept.
 from __future__ import annotations
 
 import itertools
-import math
 import time
 
 import numpy as np
@@ -27,6 +26,17 @@ from search._src.result import SearchResult
 from search._src.space_options import _LAYOUT_ROLES
 
 
+def pool_level(sizes: np.ndarray) -> np.ndarray:
+  """Coarseness of each row of pool sizes ([N, P]): the fewest trailing zero
+  bits + 1 among its sizes (a row of multiples of 512 has level 10 or more)."""
+  sizes = np.asarray(sizes, np.int64).reshape(len(sizes), -1)
+  if not sizes.shape[1]:
+    return np.full(len(sizes), 64)
+  low = sizes & -sizes
+  bits = np.where(low > 0, np.floor(np.log2(np.maximum(low, 1))) + 1, 0)
+  return bits.min(-1).astype(np.int64)
+
+
 class _Blocks:
   """The valid space of a family as pool combinations x valid block rows.
 
@@ -34,9 +44,11 @@ class _Blocks:
   its roles (or the engines) sit on (:attr:`FamilySpace.blocks`), so each
   block's valid rows are found once per distinct size of those pools, all
   sizes in a few vectorised calls, and shared by every pool combination.
+  ``min_level`` keeps only the pool combinations of at least that coarseness
+  (:func:`pool_level`).
   """
 
-  def __init__(self, fs: space_lib.FamilySpace):
+  def __init__(self, fs: space_lib.FamilySpace, min_level: int = 0):
     self.fs = fs
     blocks = fs.blocks
     self.pool_idx = dict(blocks)["pools"]
@@ -44,21 +56,30 @@ class _Blocks:
     pool_opts = [fs.vars[j].options for j in self.pool_idx]
     combos = np.asarray(list(itertools.product(*pool_opts)), np.float64)
     combos = combos[combos.sum(-1) <= fs.cluster.n_gpus + 1e-9]
+    if min_level:
+      combos = combos[pool_level(combos) >= min_level]
     combos = combos[fs.valid(self._full(combos), blocks=("pools",))] if len(combos) else combos
-    tables = []
+    # Each block's valid rows per distinct size of the pools it reads: the
+    # combinations map onto those keys by index (np.unique), not tuple by tuple.
+    tables, inverse = [], []
     for name, idx in self.other:
       deps = self.depends_on(name)
-      keys = {tuple(c) for c in combos[:, deps]}
-      tables.append((deps, self.block_rows(name, idx, deps, sorted(keys))))
-    self.pools = []
-    self.rows = []
-    for combo in combos:
-      rows = [table[tuple(combo[deps])] for deps, table in tables]
-      if all(len(r) for r in rows):
-        self.pools.append(combo)
-        self.rows.append(rows)
-    self.counts = np.asarray([math.prod(len(r) for r in rows) for rows in self.rows],
-                             dtype=np.float64)
+      keys, inv = np.unique(combos[:, deps].reshape(len(combos), len(deps)), axis=0,
+                            return_inverse=True)
+      keys = [tuple(k) for k in keys]
+      table = self.block_rows(name, idx, deps, keys)
+      tables.append([table[k] for k in keys])
+      inverse.append(inv.reshape(-1))
+    counts = np.ones(len(combos))
+    for table, inv in zip(tables, inverse, strict=True):
+      counts = counts * np.asarray([len(r) for r in table], np.float64)[inv]
+    keep = np.flatnonzero(counts > 0)
+    self.pools = combos[keep]
+    #: Per block, the index of each kept pool combination's key (its rows: ``rows``).
+    self.key_index = [inv[keep] for inv in inverse]
+    self.rows = [[table[inv[p]] for table, inv in zip(tables, inverse, strict=True)]
+                 for p in keep]
+    self.counts = counts[keep]
 
   def _full(self, combos: np.ndarray) -> np.ndarray:
     """Value vectors of pool combinations (every other variable at its first option)."""

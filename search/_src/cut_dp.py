@@ -53,7 +53,6 @@ import itertools
 import math
 import time
 
-import jax
 import numpy as np
 
 import costmodel as cm
@@ -79,18 +78,18 @@ def _level(key: tuple) -> int:
 class _Family:
   """One family's DP: its space, leaves (blocks), memo of leaf results and evaluator."""
 
-  def __init__(self, fs: space_lib.FamilySpace, eff: cm.Efficiency, chunk: int, keep: int):
+  def __init__(self, fs: space_lib.FamilySpace, eff: cm.Efficiency, chunk: int, keep: int,
+               ev: evaluate.Evaluator | None = None, blocks: baselines._Blocks | None = None):
     self.fs = fs
-    self.blocks = baselines._Blocks(fs)
-    self.ev = evaluate.Evaluator(fs, eff, chunk=chunk, full=True)
+    self.blocks = blocks if blocks is not None else baselines._Blocks(fs)
+    self.ev = ev if ev is not None else evaluate.Evaluator(fs, eff, chunk=chunk, full=True)
     self.keep = keep
     b = self.blocks
     self.leaves = []   # (name, idx, deps, {key: combo index})
-    for name, idx in b.other:
+    for k, (name, idx) in enumerate(b.other):
       deps = b.depends_on(name)
-      first = {}
-      for p, combo in enumerate(b.pools):
-        first.setdefault(tuple(combo[deps]), p)
+      _, at = np.unique(b.key_index[k], return_index=True)
+      first = {tuple(b.pools[p][deps]): int(p) for p in at}
       self.leaves.append((name, idx, deps, first))
     self.memo: dict[tuple[int, tuple], tuple[np.ndarray, np.ndarray]] = {}
     placement = fs.structure.placement
@@ -106,9 +105,11 @@ class _Family:
 
   def first_level(self) -> int:
     """The finest level at which the coarsest complete pool combination is known."""
-    levels = [min(_level(tuple(c[deps])) for _, _, deps, _ in self.leaves)
-              for c in self.blocks.pools]
-    return max(levels) if levels else 64
+    pools = np.asarray(self.blocks.pools, np.int64).reshape(len(self.blocks.pools), -1)
+    cols = sorted({d for _, _, deps, _ in self.leaves for d in deps})
+    if not len(pools) or not cols:
+      return 64
+    return int(baselines.pool_level(pools[:, cols]).max())
 
   def leaf_rows(self, k: int, key: tuple) -> np.ndarray:
     """Value vectors of leaf ``k``'s valid layouts on pools ``key``, the rest anchored."""
@@ -136,14 +137,14 @@ class _Family:
       v[0, list(idx)] = rows[np.argmin(score)]
     return v
 
-  def leaf_cost(self, k: int, est) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  def leaf_cost(self, k: int, names: tuple, dur: np.ndarray, excess: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Leaf ``k``'s stage time, feasibility and memory excess (of its own
-    stages) from a batch of exact estimates."""
+    stages) from a batch's stage durations and memory excess ([N, S], stages
+    ``names``)."""
     name = self.leaves[k][0]
-    mine = [j for j, s in enumerate(est.stage_names)
+    mine = [j for j, s in enumerate(names)
             if self.fs.block_of(_STAGE_LEAF.get(s, "-")) == name]
-    dur = np.asarray(est.end_s) - np.asarray(est.start_s)
-    excess = np.asarray(est.memory_excess)
     cost = dur[:, mine].sum(-1) if mine else np.zeros(dur.shape[0])
     own = excess[:, mine].sum(-1) if mine else np.zeros(dur.shape[0])
     return cost, np.isfinite(cost) & (own <= 0), own
@@ -153,10 +154,13 @@ class _Family:
     b = self.blocks
     n = len(b.pools)
     pool_cost = {p: np.zeros(n) for p in self.pool_names}
-    for k, (name, _, deps, _) in enumerate(self.leaves):
-      keys = [tuple(c[deps]) for c in b.pools]
-      cost = np.asarray([self.memo[(k, key)][1][0] if (k, key) in self.memo
-                         and len(self.memo[(k, key)][1]) else np.inf for key in keys])
+    for k, (name, _, deps, first) in enumerate(self.leaves):
+      per_key = np.full(int(b.key_index[k].max(initial=-1)) + 1, np.inf)
+      for key, p in first.items():
+        memo = self.memo.get((k, key))
+        if memo is not None and len(memo[1]):
+          per_key[b.key_index[k][p]] = memo[1][0]
+      cost = per_key[b.key_index[k]]
       pool = self._pool_of_leaf(name)
       pool_cost[pool] = pool_cost[pool] + cost
     rest = [pool_cost[p] for p in self.pool_names if p != self.rollout]
@@ -277,14 +281,54 @@ def cut_dp(job: cm.RLJob, cluster: cm.Cluster, budget_s: float | None = None,
   return _final(runs, combos, keep, top_k, t0, fw.name)
 
 
+def family_seeds(fs: space_lib.FamilySpace, ev: evaluate.Evaluator, keep: int = 2,
+                 combos: int = 8) -> np.ndarray:
+  """The DP's final candidates in one family, for a search to start from.
+
+  The coarsest level of pool sizes only (multiples of the largest powers of
+  two, every leaf's layouts scored there), with ``ev`` (an evaluator with
+  whole estimates, ``full=True``) shared with the caller: the products of each
+  leaf's ``keep`` best layouts on the DP's ``combos`` best pool combinations,
+  valid rows only ([N, V]; empty when the family holds no combination).
+  """
+  if not (ev.full or ev.search):
+    raise ValueError("cut_dp.family_seeds: the evaluator needs full=True (stage times)")
+  idx = list(dict(fs.blocks)["pools"])
+  grid = np.asarray(list(itertools.product(*[fs.vars[j].options for j in idx])), np.float64)
+  grid = grid[grid.sum(-1) <= fs.cluster.n_gpus + 1e-9]
+  # The coarsest level that holds a complete plan: only its pool combinations
+  # are built (a 16,384-GPU split has 229,000 of them in all).
+  for level in sorted(set(baselines.pool_level(grid).tolist()), reverse=True):
+    blocks = baselines._Blocks(fs, min_level=level)
+    if len(blocks.pools):
+      break
+  else:
+    return np.zeros((0, len(fs.vars)))
+  run = _Family(fs, ev.eff, ev.chunk, keep, ev=ev, blocks=blocks)
+  level = run.first_level()
+  items = [(k, key) for lvl, k, key in run.items() if lvl >= level]
+  pending, rows_in = [], 0
+  for i, (k, key) in enumerate(items):
+    pending.append((0, k, key, run.leaf_rows(k, key)))
+    rows_in += len(pending[-1][3])
+    if rows_in >= ev.chunk or i + 1 == len(items):
+      _flush(run, pending)
+      pending, rows_in = [], 0
+  cand = [run.candidates(p, keep) for p in run.combine(combos)]
+  if not cand:
+    return np.zeros((0, len(fs.vars)))
+  values = np.concatenate(cand, 0)
+  return values[fs.valid(values)]
+
+
 def _flush(run: _Family, pending: list) -> None:
   """Scores the pending leaf rows of one family and stores each leaf's best few."""
   values = np.concatenate([rows for _, _, _, rows in pending], 0)
-  _, est = run.ev.scores(values, with_estimates=True)
+  _, names, dur, ex = run.ev.stage_scores(values)
   start = 0
   for _, k, key, rows in pending:
     end = start + len(rows)
-    cost, ok, excess = run.leaf_cost(k, jax.tree.map(lambda a, lo=start, hi=end: a[lo:hi], est))
+    cost, ok, excess = run.leaf_cost(k, names, dur[start:end], ex[start:end])
     # Feasible layouts by time; when none fits next to the anchor, the least
     # bad (the exact scoring of the products decides).
     order = result_lib.ranking(cost, ok, excess)[:run.keep]

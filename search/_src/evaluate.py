@@ -65,7 +65,7 @@ SEARCH_SCORES = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization
 @functools.partial(jax.jit, static_argnames=("structure",), compiler_options=SEARCH_SCORES)
 def _search_scores(structure, job, cluster, eff, values):
   est, excess = jax.vmap(lambda v: _one(structure, job, cluster, eff, v))(values)
-  return est.step_time_s, est.feasible, excess
+  return est.step_time_s, est.feasible, excess, est.end_s - est.start_s, est.memory_excess
 
 
 @functools.partial(jax.jit, static_argnames=("structure",),
@@ -103,6 +103,7 @@ class Evaluator:
     self.chunk = chunk
     self.full = full
     self.count = 0
+    self._stage_names = None
 
   def _run_full(self, part: np.ndarray):
     structure = self.fs.structure
@@ -150,17 +151,14 @@ class Evaluator:
     out_x = np.empty(n, np.float64)
     ests = []
     for start in range(0, n, self.chunk):
-      part = values[start:start + self.chunk]
-      m = part.shape[0]
-      if m < self.chunk:
-        part = np.concatenate([part, np.repeat(part[-1:], self.chunk - m, 0)], 0)
+      part, m = _chunk(values, start, self.chunk)
       if self.full and (with_estimates or not self.search):
         est, x = self._run_full(part)
         t, f = est.step_time_s, est.feasible
         if with_estimates:
           ests.append(jax.tree_util.tree_map(lambda a, m=m: np.asarray(a)[:m], est))
       else:
-        t, f, x = self._run_lean(part)
+        t, f, x = self._run_lean(part)[:3]
       out_t[start:start + m] = np.asarray(t)[:m]
       out_f[start:start + m] = np.asarray(f)[:m]
       out_x[start:start + m] = np.asarray(x)[:m]
@@ -172,6 +170,38 @@ class Evaluator:
     if not with_estimates:
       return s
     return s, jax.tree_util.tree_map(lambda *a: np.concatenate(a), *ests)
+
+  def stage_scores(self, values: np.ndarray):
+    """:meth:`scores` with each stage's duration and memory excess.
+
+    A search evaluator reads them from its lean program; otherwise they come
+    from whole estimates (``full``).
+
+    Returns:
+      ``(Scores, stage_names, duration_s [N, S], memory_excess [N, S])``.
+    """
+    if not (self.search or self.full):
+      raise ValueError("Evaluator.stage_scores needs full=True or search=True")
+    values = np.asarray(values, dtype=np.float32)
+    if self._stage_names is None:
+      self._stage_names = tuple(self.estimates(values[:1])[0].stage_names)
+      self.count -= 1
+    if not self.search:
+      s, est = self.scores(values, with_estimates=True)
+      return (s, self._stage_names, np.asarray(est.end_s) - np.asarray(est.start_s),
+              np.asarray(est.memory_excess))
+    n = values.shape[0]
+    parts = []
+    for start in range(0, n, self.chunk):
+      part, m = _chunk(values, start, self.chunk)
+      parts.append([np.asarray(a)[:m] for a in self._run_lean(part)])
+    t, f, x, dur, ex = (np.concatenate(c) for c in zip(*parts, strict=True))
+    self.count += n
+    t = t.astype(np.float64)
+    bad = ~np.isfinite(t)
+    t[bad] = np.inf
+    return (Scores(t, f.astype(bool) & ~bad, x.astype(np.float64)), self._stage_names,
+            dur, ex)
 
   def estimates(self, values: np.ndarray) -> list[cm.Estimate]:
     """Full exact :class:`costmodel.Estimate` of each row (few rows)."""
@@ -189,6 +219,16 @@ class Evaluator:
         out.append(jax.tree_util.tree_map(lambda a, i=i: a[i], est))
     self.count += values.shape[0]
     return out
+
+
+def _chunk(values: np.ndarray, start: int, chunk: int) -> tuple[np.ndarray, int]:
+  """Rows ``start:start + chunk`` of ``values``, padded to ``chunk`` rows with
+  the last one (one compiled shape), and how many are real."""
+  part = values[start:start + chunk]
+  m = part.shape[0]
+  if m < chunk:
+    part = np.concatenate([part, np.repeat(part[-1:], chunk - m, 0)], 0)
+  return part, m
 
 
 def _bucket(m: int) -> int:

@@ -20,8 +20,8 @@ seed a discrete local search (:func:`local_search`): best-improvement moves of
 one variable by one option (one degree doubled or halved, a pool shifted by
 one node, one categorical changed), then of pairs of variables when no single
 move helps, with GPUs moved between two pools as one move. :func:`block_sweep`
-then replaces whole blocks (a role's layout, the engines) of the best plans
-by their best valid combination.
+then replaces whole blocks (the pool sizes, a role's layout, the engines) of
+the best plans by their best valid combination.
 """
 
 from __future__ import annotations
@@ -251,16 +251,45 @@ def _coupled(fs: space_lib.FamilySpace, block: str) -> int | None:
   return fs.index(name)
 
 
+def _pool_grid(fs: space_lib.FamilySpace, idx: list[int],
+               rng: np.random.Generator) -> np.ndarray:
+  """Every combination of pool sizes that fits the cluster (sampled uniformly
+  beyond :data:`MAX_BLOCK_ROWS`)."""
+  opts = [np.asarray(fs.vars[j].options, np.float64) for j in idx]
+  if np.prod([len(o) for o in opts], dtype=float) > MAX_BLOCK_ROWS:
+    grid = np.stack([rng.choice(o, MAX_BLOCK_ROWS) for o in opts], -1)
+  else:
+    grid = np.stack([g.ravel() for g in np.meshgrid(*opts, indexing="ij")], -1)
+  return grid[grid.sum(-1) <= fs.cluster.n_gpus + 1e-9]
+
+
+def _new_splits(values: np.ndarray, pools: list[int], seen: set, n: int) -> list[int]:
+  """Indices of the first row of up to ``n`` pool splits of ``values`` not in
+  ``seen`` (which gains them)."""
+  out = []
+  for i, row in enumerate(values):
+    key = tuple(row[pools])
+    if key not in seen:
+      seen.add(key)
+      out.append(i)
+    if len(out) == n:
+      break
+  return out
+
+
 def block_sweep(ev: evaluate.Evaluator, ranked: Ranked, plans: int = 2, rounds: int = 2,
-                rng: np.random.Generator | None = None) -> Ranked:
+                rng: np.random.Generator | None = None, extra: Ranked | None = None
+                ) -> Ranked:
   """Block-coordinate descent from the best ``plans`` distinct rows of ``ranked``.
 
-  For each plan, each block of variables other than the pools
-  (:attr:`FamilySpace.blocks`: a role's layout, the engines) is replaced by
-  every option combination of that block that gives a valid plan with the
-  other variables held (the grid of a block beyond :data:`MAX_BLOCK_ROWS`
-  rows is sampled uniformly), all scored in one batch; the best replaces the
-  plan. A role that shares its pool with the engines competes with their KV
+  For each plan, each block of variables (:attr:`FamilySpace.blocks`: the
+  pool sizes, a role's layout, the engines) is replaced by every option
+  combination of that block that gives a valid plan with the other variables
+  held (the pools: every combination that fits the cluster; the grid of a
+  block beyond :data:`MAX_BLOCK_ROWS` rows is sampled uniformly), all scored
+  in one batch; the best replaces the plan. ``extra`` (another search's
+  ranked plans) adds the best plans of up to ``plans`` of its pool splits
+  not among those picked. A role that shares its pool with the engines competes with their KV
   cache, so its :data:`COUPLED_TRIES` fastest layouts that do not fit are
   retried at every engine memory fraction. Rounds repeat over the blocks
   until none improves (at most ``rounds``). It reaches layouts that differ
@@ -277,9 +306,11 @@ def block_sweep(ev: evaluate.Evaluator, ranked: Ranked, plans: int = 2, rounds: 
     raise ValueError(f"block_sweep: {plans=} and {rounds=} must be >= 1")
   grids = {}
   for name, idx in fs.blocks:
-    if name == "pools":
-      continue
     sizes = [len(fs.vars[j].options) for j in idx]
+    if name == "pools":
+      if len(idx) and np.prod(sizes, dtype=float) > 1:
+        grids[name] = (list(idx), _pool_grid(fs, list(idx), rng))
+      continue
     if np.prod(sizes, dtype=float) <= 1:
       continue
     if np.prod(sizes, dtype=float) > MAX_BLOCK_ROWS:
@@ -292,16 +323,14 @@ def block_sweep(ev: evaluate.Evaluator, ranked: Ranked, plans: int = 2, rounds: 
   ranked = result_lib.rank(ranked)
   pools = list(dict(fs.blocks)["pools"])
   # The best plan, then the best of each other pool split, then the next best.
-  picked, seen = [], set()
-  for i, row in enumerate(ranked.values):
-    key = tuple(row[pools])
-    if key not in seen:
-      seen.add(key)
-      picked.append(i)
-    if len(picked) == plans:
-      break
+  seen: set = set()
+  picked = _new_splits(ranked.values, pools, seen, plans)
   picked += [i for i in range(len(ranked.values)) if i not in picked][:plans - len(picked)]
   start = ranked.values[sorted(picked)]
+  if extra is not None and len(extra.values):
+    # Another search's best pool splits (the cut DP's), those not picked already.
+    extra = result_lib.rank(extra)
+    start = np.concatenate([start, extra.values[_new_splits(extra.values, pools, seen, plans)]])
   for row in start:
     cur = np.asarray(row, np.float64)
     s = ev.scores(cur[None])
