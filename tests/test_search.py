@@ -254,11 +254,13 @@ def test_stage_scores_match_whole_estimates(search_job, cluster_2x8, compact_spa
   est = evaluate.Evaluator(fs, chunk=64, full=True).estimates(rows[:3])
   assert lean[1] == whole[1] == tuple(est[0].stage_names)
   np.testing.assert_allclose(lean[0].step_time_s, whole[0].step_time_s, rtol=1e-5)
-  np.testing.assert_allclose(lean[2], whole[2], rtol=1e-5, atol=1e-6)
+  # A duration is end - start of float32 times up to ~50 s: the two programs (other
+  # emitters, other operation order) may differ by a few ulps of those (4e-6 s each).
+  np.testing.assert_allclose(lean[2], whole[2], rtol=1e-5, atol=1e-4)
   np.testing.assert_allclose(lean[3], whole[3], rtol=1e-5, atol=1e-7)
   for i in range(3):  # a stage's duration is its end minus its start
     np.testing.assert_allclose(lean[2][i], np.asarray(est[i].end_s) - np.asarray(est[i].start_s),
-                               rtol=1e-5, atol=1e-6)
+                               rtol=1e-5, atol=1e-4)
   with pytest.raises(ValueError, match="stage_scores"):
     evaluate.Evaluator(fs).stage_scores(rows)
 
