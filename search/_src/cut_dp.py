@@ -71,8 +71,8 @@ _STAGE_LEAF = {"generate": "engine", "reward": "reward", "reference": "actor",
 
 
 def _level(key: tuple) -> int:
-  """Coarseness of a pool-size key: the fewest trailing zero bits of its sizes."""
-  return min((int(s) & -int(s)).bit_length() for s in key) if key else 64
+  """Coarseness of a pool-size key (:func:`baselines.pool_level`)."""
+  return int(baselines.pool_level(np.asarray([key], np.float64).reshape(1, len(key)))[0])
 
 
 class _Family:
@@ -291,7 +291,7 @@ def family_seeds(fs: space_lib.FamilySpace, ev: evaluate.Evaluator, keep: int = 
   leaf's ``keep`` best layouts on the DP's ``combos`` best pool combinations,
   valid rows only ([N, V]; empty when the family holds no combination).
   """
-  if not (ev.full or ev.search):
+  if not ev.full:
     raise ValueError("cut_dp.family_seeds: the evaluator needs full=True (stage times)")
   idx = list(dict(fs.blocks)["pools"])
   grid = np.asarray(list(itertools.product(*[fs.vars[j].options for j in idx])), np.float64)
