@@ -84,8 +84,16 @@ def kernel_env(tmp_path_factory):
       os.environ[k] = v
 
 
+# 05_beyond sizes the job of tests/test_sizing_relax.py: run on that module's
+# worker (pytest-xdist ``--dist loadgroup``), whose compilation cache
+# (``RLCOST_JAX_CACHE``, inherited by the kernel) then holds its programs.
+GROUPS = {"05_beyond.ipynb": "sizing"}
+
+
 @pytest.mark.notebooks
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=[pytest.mark.xdist_group(GROUPS[p.name])] if p.name in GROUPS else [])
+    for p in NOTEBOOKS], ids=lambda p: p.name)
 def test_notebook_runs(path, kernel_env):
   import nbclient  # pylint: disable=g-import-not-at-top
   import nbformat  # pylint: disable=g-import-not-at-top
