@@ -211,6 +211,25 @@ def test_block_sweep_finds_the_best_of_each_block(search_job, cluster_2x8, compa
     rounding.block_sweep(ev, one, plans=0)
 
 
+def test_option_and_pool_grids_by_hand(search_job, cluster_2x8, compact_space):
+  fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)
+  idx = list(dict(fs.blocks)["engine"])
+  by_hand = np.asarray(list(itertools.product(*[fs.vars[j].options for j in idx])))
+  np.testing.assert_array_equal(fs.option_grid(idx), by_hand)
+  pools = list(dict(fs.blocks)["pools"])
+  every = np.asarray(list(itertools.product(*[fs.vars[j].options for j in pools])))
+  fits = every[every.sum(-1) <= cluster_2x8.n_gpus]
+  assert 0 < len(fits) < len(every)  # the rule drops some combinations here
+  np.testing.assert_array_equal(fs.pool_grid(), fits)
+  # Sampled beyond max_rows: rows of options that fit, at most max_rows.
+  sampled = fs.pool_grid(3, np.random.default_rng(0))
+  assert len(sampled) <= 3
+  for row in sampled:
+    assert any(np.array_equal(row, f) for f in fits)
+  with pytest.raises(ValueError, match="max_rows=3 needs an rng"):
+    fs.pool_grid(3)
+
+
 def test_block_sweep_moves_the_pool_sizes_and_sweeps_extra_splits(search_job, cluster_2x8,
                                                                   compact_space):
   fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)

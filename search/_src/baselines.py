@@ -11,7 +11,6 @@ jitted, vmapped call; a running top-k is kept.
 
 from __future__ import annotations
 
-import itertools
 import time
 
 import numpy as np
@@ -53,9 +52,7 @@ class _Blocks:
     blocks = fs.blocks
     self.pool_idx = dict(blocks)["pools"]
     self.other = [(name, idx) for name, idx in blocks if name != "pools"]
-    pool_opts = [fs.vars[j].options for j in self.pool_idx]
-    combos = np.asarray(list(itertools.product(*pool_opts)), np.float64)
-    combos = combos[combos.sum(-1) <= fs.cluster.n_gpus + 1e-9]
+    combos = fs.pool_grid()
     if min_level:
       combos = combos[pool_level(combos) >= min_level]
     combos = combos[fs.valid(self._full(combos), blocks=("pools",))] if len(combos) else combos
@@ -103,7 +100,7 @@ class _Blocks:
     """Valid rows of ``block`` (its variables ``idx``) for each ``keys`` entry
     (sizes of the pools ``deps``), checked in chunks of ``max_rows`` rows."""
     fs = self.fs
-    grid = np.asarray(list(itertools.product(*[fs.vars[j].options for j in idx])), np.float64)
+    grid = fs.option_grid(idx)
     base = self._full(np.zeros((1, len(self.pool_idx))))[0]
     base[list(idx)] = 0.0
     out = {}

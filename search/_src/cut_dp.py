@@ -154,7 +154,7 @@ class _Family:
     b = self.blocks
     n = len(b.pools)
     pool_cost = {p: np.zeros(n) for p in self.pool_names}
-    for k, (name, _, deps, first) in enumerate(self.leaves):
+    for k, (name, _, _deps, first) in enumerate(self.leaves):
       per_key = np.full(int(b.key_index[k].max(initial=-1)) + 1, np.inf)
       for key, p in first.items():
         memo = self.memo.get((k, key))
@@ -293,9 +293,7 @@ def family_seeds(fs: space_lib.FamilySpace, ev: evaluate.Evaluator, keep: int = 
   """
   if not ev.full:
     raise ValueError("cut_dp.family_seeds: the evaluator needs full=True (stage times)")
-  idx = list(dict(fs.blocks)["pools"])
-  grid = np.asarray(list(itertools.product(*[fs.vars[j].options for j in idx])), np.float64)
-  grid = grid[grid.sum(-1) <= fs.cluster.n_gpus + 1e-9]
+  grid = fs.pool_grid()
   # The coarsest level that holds a complete plan: only its pool combinations
   # are built (a 16,384-GPU split has 229,000 of them in all).
   for level in sorted(set(baselines.pool_level(grid).tolist()), reverse=True):

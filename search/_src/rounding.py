@@ -251,18 +251,6 @@ def _coupled(fs: space_lib.FamilySpace, block: str) -> int | None:
   return fs.index(name)
 
 
-def _pool_grid(fs: space_lib.FamilySpace, idx: list[int],
-               rng: np.random.Generator) -> np.ndarray:
-  """Every combination of pool sizes that fits the cluster (sampled uniformly
-  beyond :data:`MAX_BLOCK_ROWS`)."""
-  opts = [np.asarray(fs.vars[j].options, np.float64) for j in idx]
-  if np.prod([len(o) for o in opts], dtype=float) > MAX_BLOCK_ROWS:
-    grid = np.stack([rng.choice(o, MAX_BLOCK_ROWS) for o in opts], -1)
-  else:
-    grid = np.stack([g.ravel() for g in np.meshgrid(*opts, indexing="ij")], -1)
-  return grid[grid.sum(-1) <= fs.cluster.n_gpus + 1e-9]
-
-
 def _new_splits(values: np.ndarray, pools: list[int], seen: set, n: int) -> list[int]:
   """Indices of the first row of up to ``n`` pool splits of ``values`` not in
   ``seen`` (which gains them)."""
@@ -309,15 +297,11 @@ def block_sweep(ev: evaluate.Evaluator, ranked: Ranked, plans: int = 2, rounds: 
     sizes = [len(fs.vars[j].options) for j in idx]
     if name == "pools":
       if len(idx) and np.prod(sizes, dtype=float) > 1:
-        grids[name] = (list(idx), _pool_grid(fs, list(idx), rng))
+        grids[name] = (list(idx), fs.pool_grid(MAX_BLOCK_ROWS, rng))
       continue
     if np.prod(sizes, dtype=float) <= 1:
       continue
-    if np.prod(sizes, dtype=float) > MAX_BLOCK_ROWS:
-      grid = np.stack([rng.choice(fs.vars[j].options, MAX_BLOCK_ROWS) for j in idx], -1)
-    else:
-      grid = np.asarray(list(itertools.product(*[fs.vars[j].options for j in idx])))
-    grids[name] = (list(idx), grid.astype(np.float64))
+    grids[name] = (list(idx), fs.option_grid(idx, MAX_BLOCK_ROWS, rng))
   coupled = {block: _coupled(fs, block) for block in grids}
   visited = [ranked]
   ranked = result_lib.rank(ranked)

@@ -36,6 +36,26 @@ class FamilyValidity:
       groups.setdefault(self.block_of(name), []).append(j)
     return tuple((k, tuple(v)) for k, v in groups.items())
 
+  def option_grid(self, idx, max_rows: int | None = None,
+                  rng: np.random.Generator | None = None) -> np.ndarray:
+    """Every combination of the options of variables ``idx`` ([N, len(idx)],
+    float64, lexicographic, the last variable fastest); beyond ``max_rows``
+    combinations, ``max_rows`` rows drawn uniformly with ``rng``."""
+    opts = [np.asarray(self.vars[j].options, np.float64) for j in idx]
+    if max_rows is not None and np.prod([len(o) for o in opts], dtype=float) > max_rows:
+      if rng is None:
+        raise ValueError(f"option_grid: max_rows={max_rows} needs an rng to sample with")
+      return np.stack([rng.choice(o, max_rows) for o in opts], -1).reshape(max_rows, len(opts))
+    return np.stack([g.ravel() for g in np.meshgrid(*opts, indexing="ij")],
+                    -1).reshape(-1, len(opts))
+
+  def pool_grid(self, max_rows: int | None = None,
+                rng: np.random.Generator | None = None) -> np.ndarray:
+    """The combinations of pool sizes that fit the cluster: :meth:`option_grid`
+    of the ``pools`` block, rows whose GPUs exceed the cluster's dropped."""
+    grid = self.option_grid(dict(self.blocks)["pools"], max_rows, rng)
+    return grid[grid.sum(-1) <= self.cluster.n_gpus + 1e-9]
+
   def block_of(self, name: str) -> str:
     """The block of variable ``name`` (or of a role's variables, ``name`` a
     role): its head (``pool`` -> ``pools``, the reference in the actor's); a
