@@ -265,6 +265,15 @@ def cut_dp(job: cm.RLJob, cluster: cm.Cluster, budget_s: float | None = None,
                  for lvl, k, key in run.items()), key=lambda t: (-t[0], t[1], t[2], t[3]))
   # Every family gets at least one complete pool combination whatever the budget.
   coarsest = min(run.first_level() for run in runs)
+  _score_leaves(runs, work, chunk, budget_s, t0, coarsest)
+  return _final(runs, combos, keep, top_k, t0, fw.name)
+
+
+def _score_leaves(runs, work, chunk: int, budget_s=None, t0: float = 0.0,
+                  coarsest: int = 0) -> None:
+  """Scores the leaves of ``work`` ((level, run, leaf, key), coarse first), one
+  run's rows at a time in batches of about ``chunk`` rows; past ``budget_s``
+  seconds since ``t0`` it stops once the levels finer than ``coarsest`` begin."""
   pending, rows_in = [], 0
   for i, (lvl, r, k, key) in enumerate(work):
     pending.append((r, k, key, runs[r].leaf_rows(k, key)))
@@ -278,7 +287,6 @@ def cut_dp(job: cm.RLJob, cluster: cm.Cluster, budget_s: float | None = None,
         break
   if pending:
     _flush(runs[pending[0][0]], pending)
-  return _final(runs, combos, keep, top_k, t0, fw.name)
 
 
 def family_seeds(fs: space_lib.FamilySpace, ev: evaluate.Evaluator, keep: int = 2,
@@ -304,14 +312,8 @@ def family_seeds(fs: space_lib.FamilySpace, ev: evaluate.Evaluator, keep: int = 
     return np.zeros((0, len(fs.vars)))
   run = _Family(fs, ev.eff, ev.chunk, keep, ev=ev, blocks=blocks)
   level = run.first_level()
-  items = [(k, key) for lvl, k, key in run.items() if lvl >= level]
-  pending, rows_in = [], 0
-  for i, (k, key) in enumerate(items):
-    pending.append((0, k, key, run.leaf_rows(k, key)))
-    rows_in += len(pending[-1][3])
-    if rows_in >= ev.chunk or i + 1 == len(items):
-      _flush(run, pending)
-      pending, rows_in = [], 0
+  _score_leaves([run], [(lvl, 0, k, key) for lvl, k, key in run.items() if lvl >= level],
+                ev.chunk)
   cand = [run.candidates(p, keep) for p in run.combine(combos)]
   if not cand:
     return np.zeros((0, len(fs.vars)))
