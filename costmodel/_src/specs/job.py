@@ -167,7 +167,7 @@ class RLJob:
   ppo_epochs: int = pytree.static_field(default=1)
   mini_batches: int = pytree.static_field(default=1)
   oversample: jax.Array | float = 1.0
-  reward_cpu_s_per_sample: jax.Array | float = 0.05
+  reward_cpu_s_per_sample: jax.Array | float = 1.3e-3
   param_bytes: float = pytree.static_field(default=2.0)
   grad_bytes: float = pytree.static_field(default=2.0)
   optimizer_bytes: float = pytree.static_field(default=12.0)

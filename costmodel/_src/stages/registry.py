@@ -130,7 +130,8 @@ def _switch(model, layout, device, job, eff, tau, ctx):
 def _cpu(model, layout, device, job, eff, tau, ctx):
   """Rule-based reward scoring, spread over the cluster's CPU cores."""
   del model, layout, device, eff, tau
-  t = job.samples_per_step * job.reward_cpu_s_per_sample / ctx.cluster.cpu_cores
+  cores = 1 if ctx.controller else ctx.cluster.cpu_cores
+  t = job.samples_per_step * job.reward_cpu_s_per_sample / cores
   z = jnp.zeros(())
   return common.make_cost(t, z, z, z, z, z, job.reward_cpu_s_per_sample, z,
                           common.Memory.zeros())
@@ -167,7 +168,8 @@ def stage_inputs(stage: alg.StageSpec, job: RLJob, plan: plan_lib.Plan, cluster:
     **extra: Further :class:`StageContext` fields (the switch's bytes).
   """
   if stage.kind == alg.CPU:
-    return None, None, None, StageContext(cluster, **extra)
+    return None, None, None, StageContext(cluster, controller=plan.mode.single_controller,
+                                          **extra)
   devices = pool_devices(plan, cluster)
   pool = alg.stage_pool(stage, plan)
   actor = plan.role("actor")

@@ -143,6 +143,8 @@ def schedule(res: Residency, plan: plan_lib.Plan, tau=0.0, mini_batches: int = 1
     pool_list = [pools[name]]
     if st.kind == alg.SYNC and not async_mode:
       pool_list = sorted({pools[name], rollout})
+    if st.kind == alg.CPU and mode.single_controller and not async_mode:
+      pool_list = sorted(set(plan.pool_names) | {pools[name]})
     ready = jnp.zeros(())
     for d in st.deps:
       if async_mode and d == alg.GENERATE:
