@@ -56,15 +56,16 @@ _PPO_ROLES = ("actor", "reference", "critic", "reward")
 # Layouts recorded from the rules before their checks were vectorised (one
 # validate_plan call per candidate row); the step times in seconds, re-recorded
 # when the RL step mechanisms (log-prob cost per token, longest-sequence wait,
-# trainer-call cost) changed the cost model, the layouts unchanged.
+# trainer-call cost; the rule-based reward in the single controller's process)
+# changed the cost model, the layouts unchanged.
 _PINNED = {
     "default": (
         (("verl", "colocated", {"all": 64.0}, (2.0, 1.0, 0.5, 1024.0), _fsdp(8.0)),
-         148.87420654296875),
+         154.1990203857422),
         (("openrlhf", "split", {"gen": 32.0, "train": 32.0}, (1.0, 1.0, 0.95, 1024.0),
-          _fsdp(8.0)), 201.93844604492188),
+          _fsdp(8.0)), 207.26324462890625),
         (("kv_fit", "split", {"gen": 32.0, "train": 32.0}, (1.0, 1.0, 0.9, 4096.0),
-          _fsdp(8.0)), 201.93844604492188),
+          _fsdp(8.0)), 207.26324462890625),
     ),
     "ppo": (
         (("verl", "colocated", {"all": 16.0}, (2.0, 1.0, 0.5, 1024.0), _fsdp(8.0, _PPO_ROLES)),

@@ -75,13 +75,23 @@ def test_colocated_step_is_the_sum_of_its_gpu_stages(grpo_job, cluster_2x8):
                              "actor_update", "weight_sync")
   assert est.stage_pools[est.stage_names.index("reward")] == "cpu"
   t = _parts(est)
-  # The CPU reward runs beside the switch and the inference stages.
-  assert t["reward"] < t["switch"] + t["reference"] + t["old_log_prob"]
+  # A single controller (veRL's driver) scores the rule-based reward itself,
+  # sample by sample, before it dispatches the log-prob passes: one process,
+  # and the GPUs wait for it.
+  samples = float(grpo_job.samples_per_step)
+  assert t["reward"] == pytest.approx(samples * float(grpo_job.reward_cpu_s_per_sample), rel=1e-5)
   gpu = sum(v for n, v in t.items() if n != "reward")
-  assert float(est.step_time_s) == pytest.approx(gpu, rel=1e-5)
+  assert float(est.step_time_s) == pytest.approx(gpu + t["reward"], rel=1e-5)
   assert float(est.pool_busy_s[0]) == pytest.approx(gpu, rel=1e-5)
-  assert float(est.pool_idle_s[0]) == pytest.approx(0.0, abs=1e-4)
+  assert float(est.pool_idle_s[0]) == pytest.approx(t["reward"], rel=1e-4)
   _assert_consistent_timeline(grpo_job, est, synchronous=True)
+  # Without one, the reward is spread over the cluster's cores beside the GPU stages.
+  spread = cm.estimate(grpo_job, plan.replace(mode=cm.Mode(single_controller=False)),
+                       cluster_2x8)
+  s = _parts(spread)
+  assert s["reward"] == pytest.approx(t["reward"] / cluster_2x8.cpu_cores, rel=1e-5)
+  assert float(spread.step_time_s) == pytest.approx(
+      sum(v for n, v in s.items() if n != "reward"), rel=1e-5)
 
 
 def test_colocated_ppo_timeline_respects_the_stage_graph(ppo_job, cluster_2x8):

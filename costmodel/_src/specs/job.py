@@ -140,7 +140,11 @@ class RLJob:
     ppo_epochs: Passes over the batch per step.
     mini_batches: Optimizer updates per epoch.
     oversample: DAPO dynamic sampling: generated / kept samples (>= 1).
-    reward_cpu_s_per_sample: CPU seconds per sample for a rule-based reward.
+    reward_cpu_s_per_sample: CPU seconds per sample for a rule-based reward
+      (decode and score; 1.3 ms fitted on veRL's step time outside its timed
+      stages, see the README's accuracy section). A single controller scores
+      in one process (``Mode.single_controller``), otherwise the cluster's
+      cores share it.
     param_bytes: Bytes per parameter for weights (2 for BF16).
     grad_bytes: Bytes per gradient element.
     optimizer_bytes: Optimizer-state bytes per parameter (12 for mixed-precision

@@ -128,7 +128,9 @@ def _switch(model, layout, device, job, eff, tau, ctx):
 
 
 def _cpu(model, layout, device, job, eff, tau, ctx):
-  """Rule-based reward scoring, spread over the cluster's CPU cores."""
+  """Rule-based reward scoring: in the controller's one process under a single
+  controller (veRL's driver loops over the samples, verl/workers/reward_manager/
+  dapo.py @b178a3c), else spread over the cluster's CPU cores."""
   del model, layout, device, eff, tau
   cores = 1 if ctx.controller else ctx.cluster.cpu_cores
   t = job.samples_per_step * job.reward_cpu_s_per_sample / cores

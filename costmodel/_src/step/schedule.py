@@ -144,6 +144,8 @@ def schedule(res: Residency, plan: plan_lib.Plan, tau=0.0, mini_batches: int = 1
     if st.kind == alg.SYNC and not async_mode:
       pool_list = sorted({pools[name], rollout})
     if st.kind == alg.CPU and mode.single_controller and not async_mode:
+      # The controller scores the reward itself and dispatches nothing meanwhile
+      # (veRL: the ``reward`` timer before the old log-probs, ray_trainer.py).
       pool_list = sorted(set(plan.pool_names) | {pools[name]})
     ready = jnp.zeros(())
     for d in st.deps:
