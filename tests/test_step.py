@@ -395,3 +395,10 @@ def test_split_with_a_fractional_pool_is_rejected(grpo_job, cluster_2x8):
   plan = cm.Plan.split(grpo_job, cluster_2x8, 2.5)
   with pytest.raises(ValueError, match=r"pool 'gen' gpus=2.5 must be a positive integer"):
     cm.validate_plan(plan, grpo_job, cluster_2x8)
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan")])
+def test_bad_reward_cost_per_sample_names_the_field(bad):
+  with pytest.raises(ValueError, match=r"RLJob: reward_cpu_s_per_sample=.* must be a finite "
+                                       r"number >= 0"):
+    cm.RLJob("grpo", cm.models.get("qwen2.5-7b"), reward_cpu_s_per_sample=bad)
