@@ -107,7 +107,7 @@ def test_family_seeds_are_valid_coarse_plans_the_search_starts_from(
   from search._src import evaluate
   from search._src import space as space_lib
   fs = space_lib.build("split", search_job, cluster_2x8, compact_space)
-  ev = evaluate.Evaluator(fs, chunk=256, full=True, search=True)
+  ev = evaluate.Evaluator(fs, chunk=256, full=True)
   seeds = cut_dp.family_seeds(fs, ev)
   assert len(seeds) and fs.valid(seeds).all()
   pools = list(dict(fs.blocks)["pools"])

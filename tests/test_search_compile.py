@@ -58,3 +58,40 @@ def test_trace_cache_serves_a_later_process(tmp_path):
   # Without a cache directory the function is called as it is.
   assert trace_cache.call("test_f", f, (7.0,), 7.0, args, compile_cache.FAST_COMPILE)[1] == 6.0
   assert traces[-1] == 7.0
+
+
+def test_on_traced_runs_after_tracing_and_before_compiling(tmp_path):
+  events = []
+
+  @functools.partial(jax.jit, static_argnames=("k",))
+  def f(k, x):
+    events.append(("trace", k))
+    return x * k
+
+  x = jnp.arange(3.0)
+  clock_at_callback = []
+
+  def on_traced():
+    events.append("traced")
+    clock_at_callback.append(clock.seconds)
+
+  previous = jax.config.jax_compilation_cache_dir
+  try:
+    for directory in (None, str(tmp_path)):  # ahead of time in memory; through the disk cache
+      jax.config.update("jax_compilation_cache_dir", directory)
+      trace_cache._loaded.clear()
+      events.clear()
+      k = 2.0 if directory is None else 4.0
+      with compile_cache.CompileClock() as clock:
+        out = trace_cache.call("test_g", f, (k,), k, (x,), {}, on_traced=on_traced)
+        np.testing.assert_array_equal(np.asarray(out), np.arange(3.0) * k)
+        assert events == [("trace", k), "traced"]
+        again = trace_cache.call("test_g", f, (k,), k, (x,), {}, on_traced=on_traced)
+      # The second call found the compiled program: no trace, the callback at once.
+      assert events == [("trace", k), "traced", "traced"]
+      np.testing.assert_array_equal(np.asarray(again), np.asarray(out))
+      # XLA compiled after the callback: the clock had seen no compilation of the program yet
+      # (tracing is counted, so compare with the total, which adds the compilation).
+      assert clock_at_callback[-2] < clock.seconds
+  finally:
+    jax.config.update("jax_compilation_cache_dir", previous)

@@ -18,7 +18,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import costmodel as cm
-from search._src import compile_cache
 from search._src import space as space_lib
 from search._src import trace_cache
 
@@ -54,22 +53,20 @@ def _scores(structure, job, cluster, eff, values):
   return est.step_time_s, est.feasible, excess
 
 
-# The search's scorer: the lean outputs, compiled with the classic emitters at
-# backend optimisation level 1 (measured on GRPO and PPO families: about half
-# the compile time of XLA's default options, 0.4-1x their throughput and 5-12x
-# the throughput of the whole-estimate program), so the search can afford to
-# score whole blocks of a plan (:func:`search._src.rounding.block_sweep`).
-SEARCH_SCORES = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1}
+# The exact program of searches and rules (``full``): whole estimates, compiled with the classic
+# emitters at backend optimisation level 1. Measured on GRPO and PPO families:
+# about half the compile time of XLA's default options and 0.4-1x their
+# throughput, so the search can afford to score whole blocks of a plan
+# (:func:`search._src.rounding.block_sweep`); it serves the ranking, the stage
+# scores and the final estimates alike. On the default job's colocated family
+# (2,048-row chunks, 2 CPU cores, 2026-12-02) it compiles in 2.4 s and scores
+# 265 k plans/s, where a program of the ranking's outputs alone took 1.9 s and
+# scored 322 k/s and the whole-estimate program at level 0 took 1.9 s and 116 k/s:
+# one program instead of those two saves about 2.7 s of a cold search per family.
+FULL_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1}
 
 
-@functools.partial(jax.jit, static_argnames=("structure",), compiler_options=SEARCH_SCORES)
-def _search_scores(structure, job, cluster, eff, values):
-  est, excess = jax.vmap(lambda v: _one(structure, job, cluster, eff, v))(values)
-  return est.step_time_s, est.feasible, excess, est.end_s - est.start_s, est.memory_excess
-
-
-@functools.partial(jax.jit, static_argnames=("structure",),
-                   compiler_options=compile_cache.FAST_COMPILE)
+@functools.partial(jax.jit, static_argnames=("structure",), compiler_options=FULL_OPTIONS)
 def _estimates(structure, job, cluster, eff, values):
   return jax.vmap(lambda v: _one(structure, job, cluster, eff, v))(values)
 
@@ -81,23 +78,19 @@ class Evaluator:
     fs: The family space.
     efficiency: Efficiency parameters (defaults if None).
     chunk: Rows per compiled call.
-    full: Compile one function that returns whole estimates and serves both
-      :meth:`scores` and :meth:`estimates` (one compilation; for searches that
-      score few plans). When False, :meth:`scores` compiles a leaner function
-      that returns only what ranking needs (about twice the throughput; for
-      enumeration) and :meth:`estimates` a second one on demand.
-    search: With ``full``: :meth:`scores` (without estimates) runs a lean
-      program compiled for a search (:data:`SEARCH_SCORES`), the whole-estimate
-      one serves :meth:`estimates`; :meth:`warm` compiles both.
+    full: Compile one program that returns whole estimates and serves
+      :meth:`scores`, :meth:`stage_scores` and :meth:`estimates` (one
+      compilation, :data:`FULL_OPTIONS`; for searches and rules, which the
+      process's other searches of the family share). When False,
+      :meth:`scores` compiles a leaner program with XLA's default options that
+      returns only what ranking needs (about twice the throughput on large
+      chunks; for enumeration) and :meth:`estimates` a second one on demand.
   """
 
   def __init__(self, fs: space_lib.FamilySpace, efficiency: cm.Efficiency | None = None,
-               chunk: int = DEFAULT_CHUNK, full: bool = False, search: bool = False):
+               chunk: int = DEFAULT_CHUNK, full: bool = False):
     if not isinstance(chunk, int) or chunk < 1:
       raise ValueError(f"Evaluator: chunk={chunk!r} must be a positive integer")
-    if search and not full:
-      raise ValueError(f"Evaluator: {search=} needs full=True")
-    self.search = search
     self.fs = fs
     self.eff = efficiency if efficiency is not None else cm.Efficiency()
     self.chunk = chunk
@@ -109,25 +102,22 @@ class Evaluator:
     structure = self.fs.structure
     est, excess = trace_cache.call("exact_estimates", _estimates, (structure,), structure,
                                    (self.fs.job, self.fs.cluster, self.eff, jnp.asarray(part)),
-                                   compile_cache.FAST_COMPILE)
+                                   FULL_OPTIONS)
     return est, excess
 
   def _run_lean(self, part: np.ndarray):
     fs = self.fs
-    if self.search:
-      return trace_cache.call("search_scores", _search_scores, (fs.structure,), fs.structure,
-                              (fs.job, fs.cluster, self.eff, jnp.asarray(part)), SEARCH_SCORES)
     return _scores(fs.structure, fs.job, fs.cluster, self.eff, jnp.asarray(part))
 
   def warm(self) -> None:
     """Traces and compiles the evaluator's programs now (one chunk of the
     options' first values, not counted), so that their compilation can run
-    while other work does (the search compiles them next to the relaxed loop)."""
+    while other work does (the search compiles it next to the relaxed loop)."""
     row = np.asarray([[float(var.options[0]) for var in self.fs.vars]], np.float32)
     part = np.repeat(row, self.chunk, 0)
     if self.full:
       jax.block_until_ready(self._run_full(part))
-    if self.search or not self.full:
+    else:
       jax.block_until_ready(self._run_lean(part))
 
   def scores(self, values: np.ndarray, with_estimates: bool = False):
@@ -152,7 +142,7 @@ class Evaluator:
     ests = []
     for start in range(0, n, self.chunk):
       part, m = _chunk(values, start, self.chunk)
-      if self.full and (with_estimates or not self.search):
+      if self.full:
         est, x = self._run_full(part)
         t, f = est.step_time_s, est.feasible
         if with_estimates:
@@ -172,29 +162,25 @@ class Evaluator:
     return s, jax.tree_util.tree_map(lambda *a: np.concatenate(a), *ests)
 
   def stage_scores(self, values: np.ndarray):
-    """:meth:`scores` with each stage's duration and memory excess.
-
-    A search evaluator reads them from its lean program; otherwise they come
-    from whole estimates (``full``).
+    """:meth:`scores` with each stage's duration and memory excess, read from
+    the whole estimates (``full``).
 
     Returns:
       ``(Scores, stage_names, duration_s [N, S], memory_excess [N, S])``.
     """
-    if not (self.search or self.full):
-      raise ValueError("Evaluator.stage_scores needs full=True or search=True")
+    if not self.full:
+      raise ValueError("Evaluator.stage_scores needs full=True")
     values = np.asarray(values, dtype=np.float32)
     if self._stage_names is None:
       self._stage_names = tuple(self.estimates(values[:1])[0].stage_names)
       self.count -= 1
-    if not self.search:
-      s, est = self.scores(values, with_estimates=True)
-      return (s, self._stage_names, np.asarray(est.end_s) - np.asarray(est.start_s),
-              np.asarray(est.memory_excess))
     n = values.shape[0]
     parts = []
     for start in range(0, n, self.chunk):
       part, m = _chunk(values, start, self.chunk)
-      parts.append([np.asarray(a)[:m] for a in self._run_lean(part)])
+      est, excess = self._run_full(part)
+      parts.append([np.asarray(a)[:m] for a in (est.step_time_s, est.feasible, excess,
+                                                est.end_s - est.start_s, est.memory_excess)])
     t, f, x, dur, ex = (np.concatenate(c) for c in zip(*parts, strict=True))
     self.count += n
     t = t.astype(np.float64)

@@ -36,6 +36,7 @@ import concurrent.futures
 import dataclasses
 import os
 import sys
+import threading
 import time
 
 from absl import logging
@@ -76,13 +77,18 @@ def _check_int(name: str, value, low: int) -> None:
 
 def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, seed: int,
                   cfg: relax.RelaxConfig, seeds: int = 16, corners: int = 32,
-                  chunk: int = evaluate.DEFAULT_CHUNK, on_phase=None, dp_seeds: bool = True):
+                  chunk: int = evaluate.DEFAULT_CHUNK, on_phase=None, dp_seeds: bool = True,
+                  traced: threading.Event | None = None,
+                  warm_after: tuple[threading.Event, ...] = ()):
   """Relaxed optimisation, rounding and local search inside one family.
 
   ``on_phase(family, phase)``, when given, is called as each phase ends
   (:data:`~search._src.progress.PHASES`). With ``dp_seeds`` the cut DP's
   candidates of the family (its coarsest pool sizes,
   :func:`~search._src.cut_dp.family_seeds`) join the rounded candidates.
+  ``traced`` is set once the family's relaxed loop is traced; the exact
+  evaluator starts compiling after it and after every event of ``warm_after``
+  (the other families' relaxed loops, searched in other threads).
 
   Returns:
     ``(run, relax_output)``: the family's ranked plans and evaluator, and the
@@ -94,13 +100,25 @@ def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, se
   rng = np.random.default_rng(key)
   x0, lo, hi = fs.init_relaxed(rng, starts)
   phase = on_phase or (lambda family, name: None)
-  ev = evaluate.Evaluator(fs, eff, chunk=chunk, full=True, search=True)
+  ev = evaluate.Evaluator(fs, eff, chunk=chunk, full=True)
   # The exact evaluator compiles in a thread of its own while the relaxed loop
-  # is traced, compiled and run (XLA releases the interpreter lock), so a cold
-  # search pays for the two compilations side by side, not one after the other.
+  # compiles and runs (XLA releases the interpreter lock), so a cold search
+  # pays for the two compilations side by side, not one after the other. It
+  # starts once the relaxed loop is traced: tracing holds the interpreter lock,
+  # and the relaxed loop, the longest compilation, should start compiling first.
+  traced = traced or threading.Event()
+
+  def warm():
+    for event in (traced, *warm_after):
+      event.wait()
+    ev.warm()
+
   with concurrent.futures.ThreadPoolExecutor(1) as pool:
-    warming = pool.submit(ev.warm)
-    out = relax.run(fs, fs.job, fs.cluster, eff, x0, lo, hi, cfg)
+    warming = pool.submit(warm)
+    try:
+      out = relax.run(fs, fs.job, fs.cluster, eff, x0, lo, hi, cfg, on_traced=traced.set)
+    finally:
+      traced.set()
     phase(fs.family, "relaxed")
     warming.result()
   cand = rounding.candidates(fs, out.values, rng, corners=corners)
@@ -251,10 +269,20 @@ def _search(job, cluster, fams, fw: fw_lib.Framework, starts, seed, top_k, eff, 
   spaces = [(fam, fs) for fam, fs in spaces if fs is not None]
   bar = progress_lib.Bar(len(spaces), enabled=progress)
 
-  def one(fam_fs):
-    fam, fs = fam_fs
+  traced = [threading.Event() for _ in spaces]
+
+  def one(k):
+    fam, fs = spaces[k]
     tf = time.perf_counter()
-    run, out = search_family(fs, eff, starts, seed, cfg, on_phase=bar.phase, dp_seeds=dp_seeds)
+    # The exact evaluators wait for the relaxed loops of the families that start
+    # at once (one per thread) to be traced: the relaxed loops compile longest.
+    # A family that waits for a thread of its own is not waited for.
+    try:
+      run, out = search_family(fs, eff, starts, seed, cfg, on_phase=bar.phase,
+                               dp_seeds=dp_seeds, traced=traced[k],
+                               warm_after=tuple(traced[:_workers(len(spaces))]))
+    finally:
+      traced[k].set()  # also when the family failed before its relaxed loop
     return run, out, time.perf_counter() - tf
 
   # Families run in threads: JAX releases the interpreter lock while XLA
@@ -262,7 +290,7 @@ def _search(job, cluster, fams, fw: fw_lib.Framework, starts, seed, top_k, eff, 
   # Each family has its own random generator: the result does not depend on
   # the order in which they finish.
   with bar, concurrent.futures.ThreadPoolExecutor(_workers(len(spaces))) as pool:
-    outs = list(pool.map(one, spaces))
+    outs = list(pool.map(one, range(len(spaces))))
   runs, history, bound, best_by = [], {}, {}, {}
   for (fam, _), (run, out, seconds) in zip(spaces, outs, strict=True):
     runs.append(run)

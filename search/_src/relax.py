@@ -248,8 +248,12 @@ def pad_starts(n: int) -> int:
 
 
 def run(fs: space_lib.FamilySpace, job: cm.RLJob, cluster: cm.Cluster, eff: cm.Efficiency,
-        x0: np.ndarray, lo: np.ndarray, hi: np.ndarray, cfg: RelaxConfig) -> RelaxOutput:
+        x0: np.ndarray, lo: np.ndarray, hi: np.ndarray, cfg: RelaxConfig,
+        on_traced=None) -> RelaxOutput:
   """Optimises the starts ``x0`` [starts, V] with bounds ``lo``/``hi``.
+
+  ``on_traced``, when given, is called once the loop is traced, before XLA
+  compiles it (:func:`search._src.trace_cache.call`).
 
   The batch is padded to a multiple of the device count with copies of its
   last start (which changes no result) and sharded over the devices.
@@ -268,7 +272,7 @@ def run(fs: space_lib.FamilySpace, job: cm.RLJob, cluster: cm.Cluster, eff: cm.E
   static = _Static(fs)
   out = trace_cache.call("relax_run", _run, (static, cfg), (static.key, cfg),
                          (job, cluster, eff, x0s, los, his, jnp.asarray(trainable)),
-                         _FAST_COMPILE)
+                         _FAST_COMPILE, on_traced=on_traced)
   x, values, step, penalty, history = (np.asarray(a) for a in out)
   return RelaxOutput(x=x[:s], values=values[:s], step_time_s=step[:s], penalty=penalty[:s],
                      history_s=history)

@@ -32,6 +32,10 @@ import numpy as np
 
 _lock = threading.Lock()
 _loaded: dict[str, object] = {}
+# Tracing and lowering are Python and hold the interpreter lock, so programs
+# traced in several threads at once (a search's families) all finish late;
+# one at a time, the first starts compiling (which releases the lock) sooner.
+_tracing = threading.Lock()
 
 
 @functools.lru_cache(maxsize=1)
@@ -70,7 +74,8 @@ def digest(name: str, key, args: tuple, compiler_options: dict) -> str:
   return hashlib.sha256(spec.encode()).hexdigest()[:40]
 
 
-def call(name: str, jitted, static: tuple, key, args: tuple, compiler_options: dict):
+def call(name: str, jitted, static: tuple, key, args: tuple, compiler_options: dict,
+         on_traced=None):
   """``jitted(*static, *args)`` through a program traced once per key and kept on disk.
 
   Args:
@@ -81,23 +86,45 @@ def call(name: str, jitted, static: tuple, key, args: tuple, compiler_options: d
     args: The other arguments (pytrees of arrays and numbers).
     compiler_options: ``jitted``'s XLA options, for the compilation of the
       deserialised program.
+    on_traced: Called once the program is traced and lowered (or loaded), before
+      it compiles, so other work of the caller's can start while XLA compiles;
+      called at once when the program is compiled already in this process.
 
   Returns:
     ``jitted(*static, *args)`` (called as it is when this cache is not used).
   """
   directory = _directory()
-  if directory is None:
-    return jitted(*static, *args)
   leaves, treedef = jax.tree_util.tree_flatten(args)
-  path = os.path.join(directory, f"{name}-{digest(name, key, args, compiler_options)}.jaxexport")
+  path = (os.path.join(directory, f"{name}-{digest(name, key, args, compiler_options)}.jaxexport")
+          if directory is not None else None)
+  if path is None and on_traced is None:
+    return jitted(*static, *args)
+  if path is None:  # no cache on disk: traced, lowered and compiled ahead of time here
+    path = ("memory", name, digest(name, key, args, compiler_options))
   with _lock:
     program = _loaded.get(path)
   if program is None:
-    fn = functools.partial(jitted.__wrapped__, *static)
-    program = _load_or_export(path, fn, treedef, leaves, compiler_options)
+    if isinstance(path, tuple):
+      with _tracing:
+        lowered = jitted.trace(*static, *args).lower()
+      _notify(on_traced)
+      compiled = lowered.compile()
+      program = lambda *xs: compiled(*jax.tree_util.tree_unflatten(treedef, xs))
+    else:
+      fn = functools.partial(jitted.__wrapped__, *static)
+      with _tracing:
+        program = _load_or_export(path, fn, treedef, leaves, compiler_options)
+      _notify(on_traced)
     with _lock:
       _loaded[path] = program
-  return program(*leaves)
+  else:
+    _notify(on_traced)
+  return program(*leaves)  # the first call compiles it
+
+
+def _notify(callback) -> None:
+  if callback is not None:
+    callback()
 
 
 def _load_or_export(path, fn, treedef, leaves, compiler_options):
