@@ -75,3 +75,55 @@ def test_gradient_matches_finite_differences(fs):
     # fall inside [x - h, x + h] for a few plans.
     close = np.isclose(grad[:64, j], fd, rtol=0.02, atol=5e-3)
     assert close.mean() >= 0.8, (name, grad[:64, j], fd)
+
+
+def test_central_differences_of_the_search_match_the_reverse_gradient(fs):
+  """The search's loop takes central differences of the relaxed objective
+  (``RelaxConfig.gradient = "central"``); on smooth points they agree with
+  reverse-mode autodiff in every trainable column, and are zero elsewhere."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(5)
+  x, _, _, _ = _random_relaxed(fs, rng, 32)
+  eff = cm.Efficiency()
+  cols = relax.trainable(fs)
+  assert cols and fs.index("engine.tp") in cols
+  assert all(fs.vars[j].kind != space_lib.CAT and len(fs.vars[j].options) > 1 for j in cols)
+  h = relax.RelaxConfig().fd_step
+  for tau in (0.3, 0.02):
+    obj, step, penalty, grad = relax.objective_and_grad(fs, eff, x, np.full(32, tau), 10.0)
+    f = lambda row, tau=tau: relax._objective((fs.structure, fs), fs.job, fs.cluster, eff, row,
+                                              jnp.float32(tau), 10.0)
+    loss, (fstep, fpen), fd = jax.jit(
+        lambda v, f=f: relax.central_differences(f, v, cols, h))(jnp.asarray(x, jnp.float32))
+    np.testing.assert_allclose(np.asarray(loss), obj, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(fstep), step, rtol=1e-5)
+    fd = np.asarray(fd)
+    others = [j for j in range(fd.shape[1]) if j not in cols]
+    assert np.all(fd[:, others] == 0.0)
+    a, b = fd[:, cols], grad[:, cols]
+    cos = np.sum(a * b, 1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    # Where a relu kink of a penalty falls inside [x - h, x + h] (these points lie
+    # beyond the box, across the constraints) the difference averages the two
+    # sides: still a descent direction.
+    assert np.median(cos) > 0.9999 and np.all(cos > 0.8), (tau, np.sort(cos)[:8])
+
+
+def test_both_gradients_descend_and_bad_settings_are_refused(fs):
+  rng = np.random.default_rng(2)
+  x0, lo, hi = fs.init_relaxed(rng, 8)
+  eff = cm.Efficiency()
+  out = {g: relax.run(fs, fs.job, fs.cluster, eff, x0, lo, hi,
+                      relax.RelaxConfig(steps=40, gradient=g)) for g in relax.GRADIENTS}
+  first = relax.objective_and_grad(fs, eff, x0, np.full(8, 0.3), weight=1.0)[1]
+  for g, o in out.items():
+    assert o.history_s.shape == (40,)
+    # The best nearly feasible relaxed step time improves on the starts' (at the first tau).
+    assert np.nanmin(o.step_time_s[o.penalty <= 1e-3]) < np.min(first), g
+  # The two gradients lead the starts to about the same relaxed optimum.
+  best = {g: float(np.min(o.history_s)) for g, o in out.items()}
+  assert best["central"] == pytest.approx(best["reverse"], rel=0.05)
+  with pytest.raises(ValueError, match="gradient='forward' is not one of"):
+    relax.run(fs, fs.job, fs.cluster, eff, x0, lo, hi, relax.RelaxConfig(gradient="forward"))
+  with pytest.raises(ValueError, match="fd_step=0.0 must be > 0"):
+    relax.run(fs, fs.job, fs.cluster, eff, x0, lo, hi, relax.RelaxConfig(fd_step=0.0))

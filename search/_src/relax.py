@@ -48,6 +48,11 @@ class RelaxConfig(NamedTuple):
     tau_start, tau_end: Smoothing temperature at the first and last step.
     weight_start, weight_end: Penalty weight at the first and last step.
     feasible_tol: Penalty below which a relaxed point counts as feasible.
+    gradient: ``"central"``: central differences of the relaxed objective, one
+      forward program over ``2k + 1`` points per start (``k`` trainable
+      variables); ``"reverse"``: reverse-mode autodiff (``jax.grad``).
+    fd_step: Step of the central differences, in the relaxed parameters' units
+      (log2 degrees, logits).
   """
 
   steps: int = 200
@@ -58,6 +63,11 @@ class RelaxConfig(NamedTuple):
   weight_start: float = 1.0
   weight_end: float = 100.0
   feasible_tol: float = 1e-3
+  gradient: str = "central"
+  fd_step: float = 1e-2
+
+
+GRADIENTS = ("central", "reverse")
 
 
 class RelaxState(NamedTuple):
@@ -135,6 +145,31 @@ def init(cfg: RelaxConfig, x0: jax.Array) -> RelaxState:
   return RelaxState(x=x0, opt_state=jax.vmap(opt.init)(x0), step=jnp.zeros((), jnp.int32))
 
 
+def trainable(fs) -> tuple[int, ...]:
+  """Columns the gradient moves: not categorical, more than one option (the
+  pool of a one-pool placement holds the whole cluster)."""
+  return tuple(i for i, v in enumerate(fs.vars)
+               if v.kind != space_lib.CAT and len(v.options) > 1)
+
+
+def central_differences(f, x: jax.Array, columns: tuple[int, ...], h: float):
+  """``f``'s value at each row of ``x`` [S, V] and its gradient by central
+  differences in ``columns`` (zero elsewhere).
+
+  ``f(row) -> (loss, aux)``; the ``2k + 1`` points of a row (itself and
+  ``+-h`` along each of the ``k`` columns) are one batch of the forward
+  program. Returns ``(loss [S], aux of the rows, grad [S, V])``.
+  """
+  k = len(columns)
+  shift = np.zeros((k, x.shape[-1]), np.float32)
+  shift[np.arange(k), list(columns)] = h
+  points = jnp.concatenate([x[:, None, :], x[:, None, :] + shift, x[:, None, :] - shift], 1)
+  loss, aux = jax.vmap(jax.vmap(f))(points)
+  diff = (loss[:, 1:k + 1] - loss[:, k + 1:]) / (2.0 * h)
+  grad = jnp.zeros_like(x).at[:, list(columns)].set(diff) if k else jnp.zeros_like(x)
+  return loss[:, 0], jax.tree.map(lambda a: a[:, 0], aux), grad
+
+
 def update(fs_static, cfg: RelaxConfig, job, cluster, eff, inputs: RelaxInputs,
            state: RelaxState):
   """One Adam step of every start; returns the new state and per-start
@@ -143,9 +178,12 @@ def update(fs_static, cfg: RelaxConfig, job, cluster, eff, inputs: RelaxInputs,
   t = state.step.astype(jnp.float32)
   tau = _schedule(cfg, t, cfg.tau_start, cfg.tau_end)
   weight = _schedule(cfg, t, cfg.weight_start, cfg.weight_end)
-  grad_fn = jax.value_and_grad(
-      lambda x: _objective(fs_static, job, cluster, eff, x, tau, weight), has_aux=True)
-  (_, (step, penalty)), grads = jax.vmap(grad_fn)(state.x)
+  objective = lambda x: _objective(fs_static, job, cluster, eff, x, tau, weight)
+  if cfg.gradient == "reverse":
+    (_, (step, penalty)), grads = jax.vmap(jax.value_and_grad(objective, has_aux=True))(state.x)
+  else:
+    _, (step, penalty), grads = central_differences(objective, state.x,
+                                                    trainable(fs_static[1]), cfg.fd_step)
   grads = jnp.where(jnp.isfinite(grads), grads, 0.0) * inputs.trainable
   updates, opt_state = jax.vmap(opt.update)(grads, state.opt_state, state.x)
   x = jnp.clip(optax.apply_updates(state.x, updates), inputs.lo, inputs.hi)
@@ -179,17 +217,23 @@ class _Static:
 _FAST_COMPILE = compile_cache.FAST_COMPILE
 
 
+def _evaluated(new_state, state, step, penalty, cfg):
+  ok = penalty <= cfg.feasible_tol
+  best = jnp.min(jnp.where(ok & jnp.isfinite(step), step, jnp.inf))
+  return new_state, state.x, step, penalty, best
+
+
 @functools.partial(jax.jit, static_argnames=("static", "cfg"), compiler_options=_FAST_COMPILE)
-def _run(static, cfg, job, cluster, eff, x0, lo, hi, trainable):
+def _run(static, cfg, job, cluster, eff, x0, lo, hi, trainable_mask):
+  """The reverse-mode loop: every step in one ``lax.scan``."""
   fs_static = (static.fs.structure, static.fs)
-  inputs = RelaxInputs(lo=lo, hi=hi, trainable=trainable)
+  inputs = RelaxInputs(lo=lo, hi=hi, trainable=trainable_mask)
 
   def body(carry, _):
     state, _, _ = carry
     new_state, (step, penalty) = update(fs_static, cfg, job, cluster, eff, inputs, state)
-    ok = penalty <= cfg.feasible_tol
-    best = jnp.min(jnp.where(ok & jnp.isfinite(step), step, jnp.inf))
-    return (new_state, state.x, (step, penalty)), best
+    new_state, x, step, penalty, best = _evaluated(new_state, state, step, penalty, cfg)
+    return (new_state, x, (step, penalty)), best
 
   s = x0.shape[0]
   carry0 = (init(cfg, x0), x0, (jnp.zeros((s,), x0.dtype), jnp.zeros((s,), x0.dtype)))
@@ -198,6 +242,29 @@ def _run(static, cfg, job, cluster, eff, x0, lo, hi, trainable):
   # penalty are known); the final update after it is not evaluated again.
   values = jax.vmap(static.fs.relaxed_values)(x_last)
   return x_last, values, step, penalty, history
+
+
+# The reverse-mode loop compiles the gradient graph: large, run little, so at
+# optimisation level 0, as one scan. The central-difference step compiles only
+# the forward graph but runs it on 2k + 1 points per start, so at level 1, as
+# the exact evaluator, and as a program of one step that Python calls ``steps``
+# times (a scan of it doubled its compilation). On the default job's colocated
+# family (64 starts, 35 points each, 2 CPU cores, 2026-12-02): the step program
+# compiles in 2.9 s and 200 steps run in 1.5 s, where the reverse-mode scan
+# compiles in 10-12 s and runs in 0.3 s (the scan of the central step: 4.9 s and
+# 1.8 s; its forward program at level 0: 1.6 s to compile, 11 ms a step).
+_CENTRAL_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1}
+
+
+@functools.partial(jax.jit, static_argnames=("static", "cfg"), compiler_options=_CENTRAL_OPTIONS)
+def _central_step(static, cfg, job, cluster, eff, inputs, state):
+  """One central-difference step: the new state, the point it evaluated, that
+  point's step time, penalty and relaxed values, and the best nearly feasible
+  step time among the starts."""
+  fs_static = (static.fs.structure, static.fs)
+  new_state, (step, penalty) = update(fs_static, cfg, job, cluster, eff, inputs, state)
+  new_state, x, step, penalty, best = _evaluated(new_state, state, step, penalty, cfg)
+  return new_state, x, jax.vmap(static.fs.relaxed_values)(x), step, penalty, best
 
 
 @functools.partial(jax.jit, static_argnames=("static",))
@@ -265,14 +332,40 @@ def run(fs: space_lib.FamilySpace, job: cm.RLJob, cluster: cm.Cluster, eff: cm.E
     x0, lo, hi = rep(x0), rep(lo), rep(hi)
   # Categorical variables and those with one option (the pool of a one-pool
   # placement, which holds the whole cluster) stay where they start.
-  trainable = np.asarray([0.0 if v.kind == space_lib.CAT or len(v.options) == 1 else 1.0
-                          for v in fs.vars], np.float32)
+  if cfg.gradient not in GRADIENTS:
+    raise ValueError(f"RelaxConfig: gradient={cfg.gradient!r} is not one of {GRADIENTS}")
+  if not cfg.fd_step > 0:
+    raise ValueError(f"RelaxConfig: fd_step={cfg.fd_step!r} must be > 0")
+  mask = np.zeros(len(fs.vars), np.float32)
+  mask[list(trainable(fs))] = 1.0
   x0, lo, hi = (np.asarray(a, np.float32) for a in (x0, lo, hi))
   x0s, los, his = shard_starts(x0, lo, hi)
   static = _Static(fs)
-  out = trace_cache.call("relax_run", _run, (static, cfg), (static.key, cfg),
-                         (job, cluster, eff, x0s, los, his, jnp.asarray(trainable)),
-                         _FAST_COMPILE, on_traced=on_traced)
+  if cfg.gradient == "reverse":
+    out = trace_cache.call("relax_run", _run, (static, cfg), (static.key, cfg),
+                           (job, cluster, eff, x0s, los, his, jnp.asarray(mask)),
+                           _FAST_COMPILE, on_traced=on_traced)
+  else:
+    out = _central_loop(static, cfg, job, cluster, eff, x0s, los, his, mask, on_traced)
   x, values, step, penalty, history = (np.asarray(a) for a in out)
   return RelaxOutput(x=x[:s], values=values[:s], step_time_s=step[:s], penalty=penalty[:s],
                      history_s=history)
+
+
+def _central_loop(static, cfg, job, cluster, eff, x0, lo, hi, mask, on_traced):
+  """The central-difference loop: the step program called ``cfg.steps`` times
+  (its arrays stay on the devices; one transfer at the end)."""
+  state = init(cfg, x0)
+  if jax.device_count() == 1:
+    # Committed to the device as the step's outputs are, so every call has the
+    # first one's signature (a program served from disk recompiles otherwise).
+    state = jax.device_put(state, jax.devices()[0])
+  inputs = RelaxInputs(lo=lo, hi=hi, trainable=jnp.asarray(mask))
+  args = (job, cluster, eff, inputs, state)
+  step_fn = trace_cache.compiled("relax_central_step", _central_step, (static, cfg),
+                                 (static.key, cfg), args, _CENTRAL_OPTIONS, on_traced=on_traced)
+  history = []
+  for _ in range(cfg.steps):
+    state, x, values, step, penalty, best = step_fn(job, cluster, eff, inputs, state)
+    history.append(best)
+  return x, values, step, penalty, jnp.stack(history)

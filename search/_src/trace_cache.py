@@ -93,12 +93,25 @@ def call(name: str, jitted, static: tuple, key, args: tuple, compiler_options: d
   Returns:
     ``jitted(*static, *args)`` (called as it is when this cache is not used).
   """
+  return compiled(name, jitted, static, key, args, compiler_options, on_traced)(*args)
+
+
+def compiled(name: str, jitted, static: tuple, key, args: tuple, compiler_options: dict,
+             on_traced=None):
+  """The program :func:`call` runs, as a function of arguments shaped as ``args``
+  (for a program called many times: the key is computed once).
+
+  Returns:
+    ``f(*args) -> jitted(*static, *args)``, compiled unless neither a cache
+    directory nor ``on_traced`` is given (then ``jitted`` itself, which compiles
+    on its first call).
+  """
   directory = _directory()
   leaves, treedef = jax.tree_util.tree_flatten(args)
   path = (os.path.join(directory, f"{name}-{digest(name, key, args, compiler_options)}.jaxexport")
           if directory is not None else None)
   if path is None and on_traced is None:
-    return jitted(*static, *args)
+    return functools.partial(jitted, *static)
   if path is None:  # no cache on disk: traced, lowered and compiled ahead of time here
     path = ("memory", name, digest(name, key, args, compiler_options))
   with _lock:
@@ -108,18 +121,22 @@ def call(name: str, jitted, static: tuple, key, args: tuple, compiler_options: d
       with _tracing:
         lowered = jitted.trace(*static, *args).lower()
       _notify(on_traced)
-      compiled = lowered.compile()
-      program = lambda *xs: compiled(*jax.tree_util.tree_unflatten(treedef, xs))
+      program = lowered.compile()
     else:
       fn = functools.partial(jitted.__wrapped__, *static)
       with _tracing:
-        program = _load_or_export(path, fn, treedef, leaves, compiler_options)
+        exported, out_tree = _load_or_export(path, fn, treedef, leaves)
+        lowered = jax.jit(exported.call, compiler_options=compiler_options).trace(
+            *leaves).lower()
       _notify(on_traced)
+      executable = lowered.compile()
+      program = lambda *xs: jax.tree_util.tree_unflatten(
+          out_tree, executable(*jax.tree_util.tree_leaves(xs)))
     with _lock:
       _loaded[path] = program
   else:
     _notify(on_traced)
-  return program(*leaves)  # the first call compiles it
+  return program
 
 
 def _notify(callback) -> None:
@@ -127,7 +144,9 @@ def _notify(callback) -> None:
     callback()
 
 
-def _load_or_export(path, fn, treedef, leaves, compiler_options):
+def _load_or_export(path, fn, treedef, leaves):
+  """The exported program at ``path`` and its outputs' tree structure; traced,
+  exported and written there when it cannot be read."""
   try:
     blob, out_tree = pickle.loads(pathlib.Path(path).read_bytes())
     exported = jax.export.deserialize(bytearray(blob))
@@ -146,5 +165,4 @@ def _load_or_export(path, fn, treedef, leaves, compiler_options):
       tmp = f.name
       f.write(pickle.dumps((exported.serialize(), out_tree)))
     os.replace(tmp, path)  # atomic: a concurrent reader sees all or nothing
-  program = jax.jit(exported.call, compiler_options=compiler_options)
-  return lambda *xs: jax.tree_util.tree_unflatten(out_tree, program(*xs))
+  return exported, out_tree
