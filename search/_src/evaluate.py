@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import costmodel as cm
+from search._src import compile_cache
 from search._src import space as space_lib
 from search._src import trace_cache
 
@@ -63,7 +64,7 @@ def _scores(structure, job, cluster, eff, values):
 # 265 k plans/s, where a program of the ranking's outputs alone took 1.9 s and
 # scored 322 k/s and the whole-estimate program at level 0 took 1.9 s and 116 k/s:
 # one program instead of those two saves about 2.7 s of a cold search per family.
-FULL_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1}
+FULL_OPTIONS = compile_cache.FORWARD
 
 
 @functools.partial(jax.jit, static_argnames=("structure",), compiler_options=FULL_OPTIONS)

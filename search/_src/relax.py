@@ -1,4 +1,4 @@
-"""Relaxed optimisation inside one family: many starts, one vmap, one scan.
+"""Relaxed optimisation inside one family: many starts, one vmap, one program.
 
 Each start is a vector ``x`` of relaxed parameters (log2 degrees, logits of
 pool shares and of the memory fraction; categorical values held fixed). The
@@ -14,9 +14,12 @@ with a cosine-decayed learning rate updates every start; after each update the
 parameters are projected onto their box (``lo <= x <= hi``; categorical
 entries have ``lo == hi``).
 
-The whole loop is one ``jax.lax.scan`` inside ``jax.jit``; starts are a leading
-batch axis (``vmap``), which can be sharded over devices
-(:func:`shard_starts`).
+The gradient is taken by central differences (``RelaxConfig.gradient =
+"central"``, the default): each step is one jitted forward program over every
+start and its ``2k`` neighbours along the ``k`` trainable variables, called once
+per step. With ``"reverse"`` it is ``jax.grad`` and the whole loop one
+``jax.lax.scan`` inside ``jax.jit``. Starts are a leading batch axis (``vmap``),
+which can be sharded over devices (:func:`shard_starts`).
 """
 
 from __future__ import annotations
@@ -253,7 +256,7 @@ def _run(static, cfg, job, cluster, eff, x0, lo, hi, trainable_mask):
 # compiles in 2.9 s and 200 steps run in 1.5 s, where the reverse-mode scan
 # compiles in 10-12 s and runs in 0.3 s (the scan of the central step: 4.9 s and
 # 1.8 s; its forward program at level 0: 1.6 s to compile, 11 ms a step).
-_CENTRAL_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1}
+_CENTRAL_OPTIONS = compile_cache.FORWARD
 
 
 @functools.partial(jax.jit, static_argnames=("static", "cfg"), compiler_options=_CENTRAL_OPTIONS)
