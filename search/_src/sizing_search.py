@@ -248,7 +248,7 @@ def relaxed_sizing(job: cm.RLJob, prices: dict, groups: dict | None = None, node
   compile_cache.enable(compilation_cache)
   fams = ["colocated"] + [f for f, m in _FAMILY_MODE.items() if m in tuple(modes)]
   eff = efficiency if efficiency is not None else cm.Efficiency()
-  cfg = relax.RelaxConfig(steps=int(steps), gradient="reverse")
+  cfg = relax.RelaxConfig(steps=int(steps))
   groups_gpus = [groups[t] * gpus_per_node for t in types]
   relaxed, found = {}, {}
   for k, fam in enumerate(fams):
