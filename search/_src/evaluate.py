@@ -64,10 +64,8 @@ def _scores(structure, job, cluster, eff, values):
 # 265 k plans/s, where a program of the ranking's outputs alone took 1.9 s and
 # scored 322 k/s and the whole-estimate program at level 0 took 1.9 s and 116 k/s:
 # one program instead of those two saves about 2.7 s of a cold search per family.
-FULL_OPTIONS = compile_cache.FORWARD
-
-
-@functools.partial(jax.jit, static_argnames=("structure",), compiler_options=FULL_OPTIONS)
+@functools.partial(jax.jit, static_argnames=("structure",),
+                   compiler_options=compile_cache.FORWARD)
 def _estimates(structure, job, cluster, eff, values):
   return jax.vmap(lambda v: _one(structure, job, cluster, eff, v))(values)
 
@@ -81,7 +79,7 @@ class Evaluator:
     chunk: Rows per compiled call.
     full: Compile one program that returns whole estimates and serves
       :meth:`scores`, :meth:`stage_scores` and :meth:`estimates` (one
-      compilation, :data:`FULL_OPTIONS`; for searches and rules, which the
+      compilation, :data:`~search._src.compile_cache.FORWARD`; for searches and rules, which the
       process's other searches of the family share). When False,
       :meth:`scores` compiles a leaner program with XLA's default options that
       returns only what ranking needs (about twice the throughput on large
@@ -103,7 +101,7 @@ class Evaluator:
     structure = self.fs.structure
     est, excess = trace_cache.call("exact_estimates", _estimates, (structure,), structure,
                                    (self.fs.job, self.fs.cluster, self.eff, jnp.asarray(part)),
-                                   FULL_OPTIONS)
+                                   compile_cache.FORWARD)
     return est, excess
 
   def _run_lean(self, part: np.ndarray):
@@ -136,31 +134,16 @@ class Evaluator:
     if with_estimates and not self.full:
       raise ValueError(f"Evaluator.scores: {with_estimates=} needs full=True")
     values = np.asarray(values, dtype=np.float32)
-    n = values.shape[0]
-    out_t = np.empty(n, np.float64)
-    out_f = np.empty(n, bool)
-    out_x = np.empty(n, np.float64)
-    ests = []
-    for start in range(0, n, self.chunk):
-      part, m = _chunk(values, start, self.chunk)
-      if self.full:
-        est, x = self._run_full(part)
-        t, f = est.step_time_s, est.feasible
-        if with_estimates:
-          ests.append(jax.tree_util.tree_map(lambda a, m=m: np.asarray(a)[:m], est))
-      else:
-        t, f, x = self._run_lean(part)[:3]
-      out_t[start:start + m] = np.asarray(t)[:m]
-      out_f[start:start + m] = np.asarray(f)[:m]
-      out_x[start:start + m] = np.asarray(x)[:m]
-    self.count += n
-    bad = ~np.isfinite(out_t)
-    out_t[bad] = np.inf
-    out_f &= ~bad
-    s = Scores(out_t, out_f, out_x)
-    if not with_estimates:
-      return s
-    return s, jax.tree_util.tree_map(lambda *a: np.concatenate(a), *ests)
+    if not len(values) and not with_estimates:
+      return _finish(np.zeros(0), np.zeros(0, bool), np.zeros(0))
+    if self.full:
+      def pick(part):
+        est, excess = self._run_full(part)
+        return est.step_time_s, est.feasible, excess, est if with_estimates else None
+    else:
+      pick = lambda part: (*self._run_lean(part)[:3], None)
+    t, f, x, est = self._rows(values, pick)
+    return (_finish(t, f, x), est) if with_estimates else _finish(t, f, x)
 
   def stage_scores(self, values: np.ndarray):
     """:meth:`scores` with each stage's duration and memory excess, read from
@@ -175,20 +158,24 @@ class Evaluator:
     if self._stage_names is None:
       self._stage_names = tuple(self.estimates(values[:1])[0].stage_names)
       self.count -= 1
-    n = values.shape[0]
-    parts = []
-    for start in range(0, n, self.chunk):
-      part, m = _chunk(values, start, self.chunk)
+
+    def pick(part):
       est, excess = self._run_full(part)
-      parts.append([np.asarray(a)[:m] for a in (est.step_time_s, est.feasible, excess,
-                                                est.end_s - est.start_s, est.memory_excess)])
-    t, f, x, dur, ex = (np.concatenate(c) for c in zip(*parts, strict=True))
-    self.count += n
-    t = t.astype(np.float64)
-    bad = ~np.isfinite(t)
-    t[bad] = np.inf
-    return (Scores(t, f.astype(bool) & ~bad, x.astype(np.float64)), self._stage_names,
-            dur, ex)
+      return est.step_time_s, est.feasible, excess, est.end_s - est.start_s, est.memory_excess
+
+    t, f, x, dur, ex = self._rows(values, pick)
+    return _finish(t, f, x), self._stage_names, dur, ex
+
+  def _rows(self, values: np.ndarray, pick):
+    """``pick(chunk)`` (arrays, or pytrees of them, with a leading axis of the
+    chunk) over every chunk of ``values``, the padding dropped, concatenated;
+    counts the rows."""
+    parts = []
+    for start in range(0, values.shape[0], self.chunk):
+      part, m = _chunk(values, start, self.chunk)
+      parts.append(jax.tree_util.tree_map(lambda a, m=m: np.asarray(a)[:m], pick(part)))
+    self.count += values.shape[0]
+    return jax.tree_util.tree_map(lambda *a: np.concatenate(a), *parts)
 
   def estimates(self, values: np.ndarray) -> list[cm.Estimate]:
     """Full exact :class:`costmodel.Estimate` of each row (few rows)."""
@@ -206,6 +193,13 @@ class Evaluator:
         out.append(jax.tree_util.tree_map(lambda a, i=i: a[i], est))
     self.count += values.shape[0]
     return out
+
+
+def _finish(t, f, x) -> Scores:
+  """Scores in float64, a non-finite step time made inf and infeasible."""
+  t = np.asarray(t, np.float64)
+  bad = ~np.isfinite(t)
+  return Scores(np.where(bad, np.inf, t), np.asarray(f, bool) & ~bad, np.asarray(x, np.float64))
 
 
 def _chunk(values: np.ndarray, start: int, chunk: int) -> tuple[np.ndarray, int]:

@@ -92,7 +92,6 @@ class RelaxInputs(NamedTuple):
 
   lo: jax.Array
   hi: jax.Array
-  trainable: jax.Array  # [V] 1 for variables the gradient moves
 
 
 class RelaxOutput(NamedTuple):
@@ -150,7 +149,8 @@ def init(cfg: RelaxConfig, x0: jax.Array) -> RelaxState:
 
 def trainable(fs) -> tuple[int, ...]:
   """Columns the gradient moves: not categorical, more than one option (the
-  pool of a one-pool placement holds the whole cluster)."""
+  pool of a one-pool placement holds the whole cluster); the others stay where
+  they start."""
   return tuple(i for i, v in enumerate(fs.vars)
                if v.kind != space_lib.CAT and len(v.options) > 1)
 
@@ -182,12 +182,15 @@ def update(fs_static, cfg: RelaxConfig, job, cluster, eff, inputs: RelaxInputs,
   tau = _schedule(cfg, t, cfg.tau_start, cfg.tau_end)
   weight = _schedule(cfg, t, cfg.weight_start, cfg.weight_end)
   objective = lambda x: _objective(fs_static, job, cluster, eff, x, tau, weight)
+  columns = trainable(fs_static[1])
   if cfg.gradient == "reverse":
     (_, (step, penalty)), grads = jax.vmap(jax.value_and_grad(objective, has_aux=True))(state.x)
-  else:
-    _, (step, penalty), grads = central_differences(objective, state.x,
-                                                    trainable(fs_static[1]), cfg.fd_step)
-  grads = jnp.where(jnp.isfinite(grads), grads, 0.0) * inputs.trainable
+    mask = np.zeros(state.x.shape[-1], np.float32)
+    mask[list(columns)] = 1.0
+    grads = grads * mask
+  else:  # zero outside ``columns`` already
+    _, (step, penalty), grads = central_differences(objective, state.x, columns, cfg.fd_step)
+  grads = jnp.where(jnp.isfinite(grads), grads, 0.0)
   updates, opt_state = jax.vmap(opt.update)(grads, state.opt_state, state.x)
   x = jnp.clip(optax.apply_updates(state.x, updates), inputs.lo, inputs.hi)
   return RelaxState(x=x, opt_state=opt_state, step=state.step + 1), (step, penalty)
@@ -220,23 +223,22 @@ class _Static:
 _FAST_COMPILE = compile_cache.FAST_COMPILE
 
 
-def _evaluated(new_state, state, step, penalty, cfg):
+def _best(step, penalty, cfg):
+  """The best step time among the nearly feasible starts (inf where none is)."""
   ok = penalty <= cfg.feasible_tol
-  best = jnp.min(jnp.where(ok & jnp.isfinite(step), step, jnp.inf))
-  return new_state, state.x, step, penalty, best
+  return jnp.min(jnp.where(ok & jnp.isfinite(step), step, jnp.inf))
 
 
 @functools.partial(jax.jit, static_argnames=("static", "cfg"), compiler_options=_FAST_COMPILE)
-def _run(static, cfg, job, cluster, eff, x0, lo, hi, trainable_mask):
+def _run(static, cfg, job, cluster, eff, x0, lo, hi):
   """The reverse-mode loop: every step in one ``lax.scan``."""
   fs_static = (static.fs.structure, static.fs)
-  inputs = RelaxInputs(lo=lo, hi=hi, trainable=trainable_mask)
+  inputs = RelaxInputs(lo=lo, hi=hi)
 
   def body(carry, _):
     state, _, _ = carry
     new_state, (step, penalty) = update(fs_static, cfg, job, cluster, eff, inputs, state)
-    new_state, x, step, penalty, best = _evaluated(new_state, state, step, penalty, cfg)
-    return (new_state, x, (step, penalty)), best
+    return (new_state, state.x, (step, penalty)), _best(step, penalty, cfg)
 
   s = x0.shape[0]
   carry0 = (init(cfg, x0), x0, (jnp.zeros((s,), x0.dtype), jnp.zeros((s,), x0.dtype)))
@@ -256,18 +258,16 @@ def _run(static, cfg, job, cluster, eff, x0, lo, hi, trainable_mask):
 # compiles in 2.9 s and 200 steps run in 1.5 s, where the reverse-mode scan
 # compiles in 10-12 s and runs in 0.3 s (the scan of the central step: 4.9 s and
 # 1.8 s; its forward program at level 0: 1.6 s to compile, 11 ms a step).
-_CENTRAL_OPTIONS = compile_cache.FORWARD
-
-
-@functools.partial(jax.jit, static_argnames=("static", "cfg"), compiler_options=_CENTRAL_OPTIONS)
+@functools.partial(jax.jit, static_argnames=("static", "cfg"),
+                   compiler_options=compile_cache.FORWARD)
 def _central_step(static, cfg, job, cluster, eff, inputs, state):
   """One central-difference step: the new state, the point it evaluated, that
   point's step time, penalty and relaxed values, and the best nearly feasible
   step time among the starts."""
   fs_static = (static.fs.structure, static.fs)
   new_state, (step, penalty) = update(fs_static, cfg, job, cluster, eff, inputs, state)
-  new_state, x, step, penalty, best = _evaluated(new_state, state, step, penalty, cfg)
-  return new_state, x, jax.vmap(static.fs.relaxed_values)(x), step, penalty, best
+  return (new_state, state.x, jax.vmap(static.fs.relaxed_values)(state.x), step, penalty,
+          _best(step, penalty, cfg))
 
 
 @functools.partial(jax.jit, static_argnames=("static",))
@@ -333,29 +333,25 @@ def run(fs: space_lib.FamilySpace, job: cm.RLJob, cluster: cm.Cluster, eff: cm.E
   if pad:
     rep = lambda a: np.concatenate([a, np.repeat(a[-1:], pad, 0)], 0)
     x0, lo, hi = rep(x0), rep(lo), rep(hi)
-  # Categorical variables and those with one option (the pool of a one-pool
-  # placement, which holds the whole cluster) stay where they start.
   if cfg.gradient not in GRADIENTS:
     raise ValueError(f"RelaxConfig: gradient={cfg.gradient!r} is not one of {GRADIENTS}")
   if not cfg.fd_step > 0:
     raise ValueError(f"RelaxConfig: fd_step={cfg.fd_step!r} must be > 0")
-  mask = np.zeros(len(fs.vars), np.float32)
-  mask[list(trainable(fs))] = 1.0
   x0, lo, hi = (np.asarray(a, np.float32) for a in (x0, lo, hi))
   x0s, los, his = shard_starts(x0, lo, hi)
   static = _Static(fs)
   if cfg.gradient == "reverse":
     out = trace_cache.call("relax_run", _run, (static, cfg), (static.key, cfg),
-                           (job, cluster, eff, x0s, los, his, jnp.asarray(mask)),
-                           _FAST_COMPILE, on_traced=on_traced)
+                           (job, cluster, eff, x0s, los, his), _FAST_COMPILE,
+                           on_traced=on_traced)
   else:
-    out = _central_loop(static, cfg, job, cluster, eff, x0s, los, his, mask, on_traced)
+    out = _central_loop(static, cfg, job, cluster, eff, x0s, los, his, on_traced)
   x, values, step, penalty, history = (np.asarray(a) for a in out)
   return RelaxOutput(x=x[:s], values=values[:s], step_time_s=step[:s], penalty=penalty[:s],
                      history_s=history)
 
 
-def _central_loop(static, cfg, job, cluster, eff, x0, lo, hi, mask, on_traced):
+def _central_loop(static, cfg, job, cluster, eff, x0, lo, hi, on_traced):
   """The central-difference loop: the step program called ``cfg.steps`` times
   (its arrays stay on the devices; one transfer at the end)."""
   state = init(cfg, x0)
@@ -363,10 +359,11 @@ def _central_loop(static, cfg, job, cluster, eff, x0, lo, hi, mask, on_traced):
     # Committed to the device as the step's outputs are, so every call has the
     # first one's signature (a program served from disk recompiles otherwise).
     state = jax.device_put(state, jax.devices()[0])
-  inputs = RelaxInputs(lo=lo, hi=hi, trainable=jnp.asarray(mask))
+  inputs = RelaxInputs(lo=lo, hi=hi)
   args = (job, cluster, eff, inputs, state)
   step_fn = trace_cache.compiled("relax_central_step", _central_step, (static, cfg),
-                                 (static.key, cfg), args, _CENTRAL_OPTIONS, on_traced=on_traced)
+                                 (static.key, cfg), args, compile_cache.FORWARD,
+                                 on_traced=on_traced)
   history = []
   for _ in range(cfg.steps):
     state, x, values, step, penalty, best = step_fn(job, cluster, eff, inputs, state)

@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 _lock = threading.Lock()
-_loaded: dict[str, object] = {}
+_loaded: dict[str | tuple, object] = {}  # path on disk, or ("memory", name, key)
 # Tracing and lowering are Python and hold the interpreter lock, so programs
 # traced in several threads at once (a search's families) all finish late;
 # one at a time, the first starts compiling (which releases the lock) sooner.
