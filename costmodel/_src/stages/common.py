@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from costmodel._src.ops import collectives
+from costmodel._src.ops import layers
 from costmodel._src.ops import moe as moe_lib
 from costmodel._src.ops import roofline
 from costmodel._src.ops import smooth
@@ -83,6 +84,18 @@ class PassTime(NamedTuple):
   comm_s: jax.Array
 
 
+def _gemms_compute_s(gemms, flop_multiplier, hw, eff: Efficiency, peak_scale, dtype: str):
+  """Summed compute time of GEMMs of several shapes, timed as one stacked array
+  (one traced computation for all shapes instead of one per shape)."""
+  if not gemms:
+    return jnp.zeros(())
+  fields = jnp.broadcast_arrays(*(jnp.asarray(x, float) for g in gemms for x in g))
+  width = len(layers.Gemm._fields)
+  f, rows, n, k = (jnp.stack(fields[i::width]) for i in range(width))
+  return jnp.sum(roofline.compute_time(f * flop_multiplier, rows, hw, eff, peak_scale, n=n, k=k,
+                                       dtype=dtype), axis=0)
+
+
 def gemm_roofline(work: ForwardWork, hw, eff: Efficiency, flop_multiplier=1.0, tau=0.0,
                   peak_scale=1.0, dtype: str = "bf16", extra_compute_s=0.0,
                   extra_bytes=0.0, imbalance=None) -> roofline.RooflineTime:
@@ -101,8 +114,7 @@ def gemm_roofline(work: ForwardWork, hw, eff: Efficiency, flop_multiplier=1.0, t
     dtype: GEMM input format (:mod:`precision`).
     imbalance: Override of the expert-load factor (default the parameter).
   """
-  dense_c = sum(roofline.compute_time(g.flops * flop_multiplier, g.rows, hw, eff, peak_scale,
-                                      n=g.n, k=g.k, dtype=dtype) for g in work.dense_gemms)
+  dense_c = _gemms_compute_s(work.dense_gemms, flop_multiplier, hw, eff, peak_scale, dtype)
   dense_b = (work.weight_bytes - work.expert_weight_bytes) * flop_multiplier + extra_bytes
   dense = roofline.roofline(None, dense_b, None, hw, eff,
                             n_ops=(work.n_gemms - work.n_expert_gemms) * flop_multiplier,
@@ -110,9 +122,7 @@ def gemm_roofline(work: ForwardWork, hw, eff: Efficiency, flop_multiplier=1.0, t
   if not work.expert_gemms:
     return dense
   imb = eff.moe_imbalance if imbalance is None else imbalance
-  exp_c = imb * sum(roofline.compute_time(g.flops * flop_multiplier, g.rows, hw, eff,
-                                          peak_scale, n=g.n, k=g.k, dtype=dtype)
-                    for g in work.expert_gemms)
+  exp_c = imb * _gemms_compute_s(work.expert_gemms, flop_multiplier, hw, eff, peak_scale, dtype)
   exp = roofline.roofline(None, work.expert_weight_bytes * flop_multiplier, None, hw, eff,
                           n_ops=jnp.maximum(work.n_expert_gemms, 1.0) * flop_multiplier,
                           tau=tau, compute_s=exp_c)
