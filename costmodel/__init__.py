@@ -58,6 +58,7 @@ from costmodel._src.specs.rule_table import RULE_SETS
 from costmodel._src.specs.rule_table import RULES
 from costmodel._src.specs.rule_table import Rule
 from costmodel._src.step.estimate import estimate
+from costmodel._src.step.estimate import estimate_shared
 from costmodel._src.step.result import Estimate
 
 __all__ = (
@@ -92,6 +93,7 @@ __all__ = (
     "collective_time",
     "engine_fields",
     "estimate",
+    "estimate_shared",
     "fit_microbenchmarks",
     "hardware",
     "layout_fields",

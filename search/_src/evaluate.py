@@ -19,6 +19,7 @@ import numpy as np
 
 import costmodel as cm
 from search._src import compile_cache
+from search._src import shared as shared_lib
 from search._src import space as space_lib
 from search._src import trace_cache
 
@@ -84,12 +85,21 @@ class Evaluator:
       :meth:`scores` compiles a leaner program with XLA's default options that
       returns only what ranking needs (about twice the throughput on large
       chunks; for enumeration) and :meth:`estimates` a second one on demand.
+    shared: A space of several families that holds ``fs``
+      (:class:`~search._src.shared.SharedSpace`; needs ``full``): the rows are
+      scored by its one program, which every family's evaluator shares.
   """
 
   def __init__(self, fs: space_lib.FamilySpace, efficiency: cm.Efficiency | None = None,
-               chunk: int = DEFAULT_CHUNK, full: bool = False):
+               chunk: int = DEFAULT_CHUNK, full: bool = False,
+               shared: shared_lib.SharedSpace | None = None):
     if not isinstance(chunk, int) or chunk < 1:
       raise ValueError(f"Evaluator: chunk={chunk!r} must be a positive integer")
+    if shared is not None and not full:
+      raise ValueError("Evaluator: shared= needs full=True (the shared program returns whole "
+                       "estimates)")
+    self.shared = shared
+    self._family = shared.index_of(fs) if shared is not None else None
     self.fs = fs
     self.eff = efficiency if efficiency is not None else cm.Efficiency()
     self.chunk = chunk
@@ -98,6 +108,13 @@ class Evaluator:
     self._stage_names = None
 
   def _run_full(self, part: np.ndarray):
+    if self.shared is not None:
+      out = trace_cache.call("shared_estimates", shared_lib.estimates, (self.shared,),
+                             self.shared.structure,
+                             (self.fs.job, self.fs.cluster, self.eff,
+                              jnp.asarray(self.shared.widen(self._family, part))),
+                             compile_cache.FORWARD)
+      return out[self._family]
     structure = self.fs.structure
     est, excess = trace_cache.call("exact_estimates", _estimates, (structure,), structure,
                                    (self.fs.job, self.fs.cluster, self.eff, jnp.asarray(part)),

@@ -16,9 +16,13 @@ For each placement family (enumerated, see :mod:`search._src.space`):
    :func:`~search._src.rounding.block_sweep`), and an improved plan is
    refined by the local search again.
 
-The exact evaluator compiles in a thread of its own while the relaxed loop
-runs; it scores with a lean program and computes whole estimates only for
-the plans returned.
+The families of a job share one relaxed loop and one exact program
+(:mod:`search._src.shared`: one value vector over the union of their
+variables, the row's family a column, each stage costed once), so a cold
+search compiles two programs whatever the number of families; the exact
+program compiles in a thread of its own while the relaxed loop runs, and the
+relaxed starts run in one thread per core. A single family (or a sizing
+space) has programs of its own.
 
 The families' plans are then ranked together; the best ``top_k`` feasible
 plans that differ in placement or a parallel degree (not only in a tuning
@@ -34,7 +38,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import os
 import sys
 import threading
 import time
@@ -51,6 +54,7 @@ from search._src import progress as progress_lib
 from search._src import relax
 from search._src import result as result_lib
 from search._src import rounding
+from search._src import shared as shared_lib
 from search._src import space as space_lib
 from search._src.result import SearchResult
 
@@ -94,10 +98,7 @@ def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, se
     ``(run, relax_output)``: the family's ranked plans and evaluator, and the
     relaxed phase's output.
   """
-  key = [seed, space_lib.FAMILIES.index(fs.family)]
-  if fs.structure.rollout_precision != "bf16":  # its own draws; the BF16 space keeps its own
-    key.append(tuple(space_lib.ROLLOUT_PRECISIONS).index(fs.structure.rollout_precision))
-  rng = np.random.default_rng(key)
+  rng = _rng(fs, seed)
   x0, lo, hi = fs.init_relaxed(rng, starts)
   phase = on_phase or (lambda family, name: None)
   ev = evaluate.Evaluator(fs, eff, chunk=chunk, full=True)
@@ -107,20 +108,39 @@ def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, se
   # starts once the relaxed loop is traced: tracing holds the interpreter lock,
   # and the relaxed loop, the longest compilation, should start compiling first.
   traced = traced or threading.Event()
-
-  def warm():
-    for event in (traced, *warm_after):
-      event.wait()
-    ev.warm()
-
   with concurrent.futures.ThreadPoolExecutor(1) as pool:
-    warming = pool.submit(warm)
+    warming = pool.submit(_warm_after, ev, (traced, *warm_after))
     try:
       out = relax.run(fs, fs.job, fs.cluster, eff, x0, lo, hi, cfg, on_traced=traced.set)
     finally:
       traced.set()
     phase(fs.family, "relaxed")
     warming.result()
+  return _FamilyRun(fs=fs, ev=ev, ranked=discrete(fs, ev, out, rng, seeds, corners,
+                                                   dp_seeds, phase)), out
+
+
+def _rng(fs: space_lib.FamilySpace, seed: int) -> np.random.Generator:
+  """The family's own random generator (its result does not depend on the
+  other families or the order in which they finish)."""
+  key = [seed, space_lib.FAMILIES.index(fs.family)]
+  if fs.structure.rollout_precision != "bf16":  # its own draws; the BF16 space keeps its own
+    key.append(tuple(space_lib.ROLLOUT_PRECISIONS).index(fs.structure.rollout_precision))
+  return np.random.default_rng(key)
+
+
+def _warm_after(ev: evaluate.Evaluator, events) -> None:
+  for event in events:
+    event.wait()
+  ev.warm()
+
+
+def discrete(fs: space_lib.FamilySpace, ev: evaluate.Evaluator, out: relax.RelaxOutput,
+             rng: np.random.Generator, seeds: int = 16, corners: int = 32,
+             dp_seeds: bool = True, phase=None) -> result_lib.Ranked:
+  """The discrete phases of one family from its relaxed output: rounding (and
+  the cut DP's seeds), local search, block sweeps; its ranked plans."""
+  phase = phase or (lambda family, name: None)
   cand = rounding.candidates(fs, out.values, rng, corners=corners)
   ranked = rounding.score(ev, cand)
   dp = cut_dp.family_seeds(fs, ev) if dp_seeds else np.zeros((0, len(fs.vars)))
@@ -138,7 +158,54 @@ def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, se
   else:
     ranked = swept
   phase(fs.family, "refined")
-  return _FamilyRun(fs=fs, ev=ev, ranked=ranked), out
+  return ranked
+
+
+def _shareable(spaces) -> bool:
+  """Whether the family spaces can share one relaxed loop and exact program
+  (:mod:`search._src.shared`): two or more, one job and cluster, none with an
+  objective of its own."""
+  return (len(spaces) > 1 and all(fs.job is spaces[0].job and fs.cluster is spaces[0].cluster
+                                  and not hasattr(fs, "relaxed_objective") for fs in spaces))
+
+
+def search_shared(spaces, eff: cm.Efficiency, starts: int, seed: int, cfg: relax.RelaxConfig,
+                  on_phase=None, dp_seeds: bool = True):
+  """:func:`search_family` of several families at once: one relaxed loop over
+  every family's starts and one exact program (:mod:`search._src.shared`),
+  which compiles in a thread of its own once the loop is traced; then each
+  family's discrete phases in a thread of its own.
+
+  Returns:
+    ``[(run, relax_output, seconds)]`` per family, in the order of ``spaces``.
+  """
+  t0 = time.perf_counter()
+  phase = on_phase or (lambda family, name: None)
+  space = shared_lib.SharedSpace(spaces)
+  rngs = [_rng(fs, seed) for fs in spaces]
+  inits = [fs.init_relaxed(rng, starts) for fs, rng in zip(spaces, rngs, strict=True)]
+  evs = [evaluate.Evaluator(fs, eff, full=True, shared=space) for fs in spaces]
+  traced = threading.Event()
+  with concurrent.futures.ThreadPoolExecutor(1) as pool:
+    warming = pool.submit(_warm_after, evs[0], (traced,))
+    try:
+      outs = shared_lib.run(space, eff, inits, cfg, on_traced=traced.set)
+    finally:
+      traced.set()
+    for fs in spaces:
+      phase(fs.family, "relaxed")
+    warming.result()
+  relaxed_s = time.perf_counter() - t0
+
+  def one(k):
+    tf = time.perf_counter()
+    fs = spaces[k]
+    ranked = discrete(fs, evs[k], outs[k], rngs[k], dp_seeds=dp_seeds, phase=phase)
+    return (_FamilyRun(fs=fs, ev=evs[k], ranked=ranked), outs[k],
+            relaxed_s + time.perf_counter() - tf)
+
+  with concurrent.futures.ThreadPoolExecutor(_workers(len(spaces))) as pool:
+    return list(pool.map(one, range(len(spaces))))
 
 
 def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64,
@@ -201,8 +268,7 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
 
   Notes:
     Compilation dominates a cold search (one relaxed loop and one exact
-    evaluator per family; the families compile in parallel threads, one per
-    core); jobs that differ only in numbers (lengths, batch sizes, hardware
+    program for all families, :mod:`search._src.shared`); jobs that differ only in numbers (lengths, batch sizes, hardware
     figures) reuse the compiled code, and the persistent cache serves it
     (and the traced relaxed loops) to later processes. ``compile_time_s`` of
     the result says how much of the wall time was tracing and compilation.
@@ -257,8 +323,7 @@ def _label(family: str, rollout_precision: str) -> str:
 
 def _workers(n: int) -> int:
   """Threads for ``n`` families: one per CPU core this process may use."""
-  cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-  return max(1, min(n, cores or 1))
+  return max(1, min(n, shared_lib.cores()))
 
 
 def _search(job, cluster, fams, fw: fw_lib.Framework, starts, seed, top_k, eff, cfg, space,
@@ -285,12 +350,18 @@ def _search(job, cluster, fams, fw: fw_lib.Framework, starts, seed, top_k, eff, 
       traced[k].set()  # also when the family failed before its relaxed loop
     return run, out, time.perf_counter() - tf
 
-  # Families run in threads: JAX releases the interpreter lock while XLA
-  # compiles and runs, so the families' programs compile on separate cores.
-  # Each family has its own random generator: the result does not depend on
-  # the order in which they finish.
-  with bar, concurrent.futures.ThreadPoolExecutor(_workers(len(spaces))) as pool:
-    outs = list(pool.map(one, range(len(spaces))))
+  # Families that can share one relaxed loop and exact program do (one
+  # compilation of each for the job); otherwise each family runs in a thread:
+  # JAX releases the interpreter lock while XLA compiles and runs, so the
+  # families' programs compile on separate cores. Each family has its own
+  # random generator: the result does not depend on the order in which they finish.
+  with bar:
+    if _shareable([fs for _, fs in spaces]):
+      outs = search_shared([fs for _, fs in spaces], eff, starts, seed, cfg,
+                           on_phase=bar.phase, dp_seeds=dp_seeds)
+    else:
+      with concurrent.futures.ThreadPoolExecutor(_workers(len(spaces))) as pool:
+        outs = list(pool.map(one, range(len(spaces))))
   runs, history, bound, best_by = [], {}, {}, {}
   for (fam, _), (run, out, seconds) in zip(spaces, outs, strict=True):
     runs.append(run)

@@ -103,7 +103,7 @@ class RelaxOutput(NamedTuple):
     step_time_s: Relaxed step time of each start at the final tau.
     penalty: Constraint penalty of each start (memory + layout).
     history_s: Best relaxed step time over nearly feasible starts at each
-      step [steps] (inf where none is).
+      step [steps] (inf where none is; [steps, F] for a space of F families).
   """
 
   x: np.ndarray
@@ -128,11 +128,20 @@ def _objective(fs_static, job, cluster, eff, x, tau, weight):
   plan = structure.to_plan(v)
   with cm.positive_tau():  # tau > 0 throughout: trace the smooth model only
     est = cm.estimate(job, plan, cluster, eff, tau=tau)
-  penalty = (space_lib.memory_excess(structure, v, est, job, cluster)
-             + space_lib.layout_violation(structure, v, job))
-  step = est.step_time_s
-  loss = jnp.log(jnp.maximum(step, 1e-9)) + weight * penalty
-  return loss, (step, penalty)
+  step, penalty = est.step_time_s, penalty_of(structure, v, est, job, cluster)
+  return loss_of(step, penalty, weight), (step, penalty)
+
+
+def penalty_of(structure, v, est, job, cluster):
+  """The constraint penalty of relaxed values ``v`` and their estimate: memory
+  excess plus the rule table's layout violation."""
+  return (space_lib.memory_excess(structure, v, est, job, cluster)
+          + space_lib.layout_violation(structure, v, job))
+
+
+def loss_of(step, penalty, weight):
+  """The relaxed objective: log step time plus the weighted penalty."""
+  return jnp.log(jnp.maximum(step, 1e-9)) + weight * penalty
 
 
 def _optimizer(cfg: RelaxConfig) -> optax.GradientTransformation:
@@ -196,13 +205,19 @@ def update(fs_static, cfg: RelaxConfig, job, cluster, eff, inputs: RelaxInputs,
   return RelaxState(x=x, opt_state=opt_state, step=state.step + 1), (step, penalty)
 
 
+def static_key(fs) -> tuple:
+  """What the relaxed programs of a space specialise on: its structure and each
+  variable's kind, end options and whether it has a choice."""
+  return (fs.structure, tuple((v.kind, float(v.options[0]), float(v.options[-1]),
+                               len(v.options) > 1) for v in fs.vars))
+
+
 class _Static:
   """Hashable wrapper: jit specialises on the family structure only."""
 
   def __init__(self, fs: space_lib.FamilySpace):
     self.fs = fs
-    self.key = (fs.structure, tuple((v.kind, float(v.options[0]), float(v.options[-1]),
-                                     len(v.options) > 1) for v in fs.vars))
+    self.key = static_key(fs)
 
   def __hash__(self):
     return hash(self.key)
@@ -223,10 +238,17 @@ class _Static:
 _FAST_COMPILE = compile_cache.FAST_COMPILE
 
 
-def _best(step, penalty, cfg):
-  """The best step time among the nearly feasible starts (inf where none is)."""
+def _best(step, penalty, cfg, fs=None, x=None):
+  """The best step time among the nearly feasible starts (inf where none is);
+  for a space of several families (``fs.family_of``, :mod:`search._src.shared`)
+  one per family [F]."""
   ok = penalty <= cfg.feasible_tol
-  return jnp.min(jnp.where(ok & jnp.isfinite(step), step, jnp.inf))
+  t = jnp.where(ok & jnp.isfinite(step), step, jnp.inf)
+  if not hasattr(fs, "family_of"):
+    return jnp.min(t)
+  fam = jax.vmap(fs.family_of)(x)
+  own = fam[None, :] == jnp.arange(len(fs.spaces), dtype=fam.dtype)[:, None]
+  return jnp.min(jnp.where(own, t[None, :], jnp.inf), axis=1)
 
 
 @functools.partial(jax.jit, static_argnames=("static", "cfg"), compiler_options=_FAST_COMPILE)
@@ -238,7 +260,7 @@ def _run(static, cfg, job, cluster, eff, x0, lo, hi):
   def body(carry, _):
     state, _, _ = carry
     new_state, (step, penalty) = update(fs_static, cfg, job, cluster, eff, inputs, state)
-    return (new_state, state.x, (step, penalty)), _best(step, penalty, cfg)
+    return (new_state, state.x, (step, penalty)), _best(step, penalty, cfg, static.fs, state.x)
 
   s = x0.shape[0]
   carry0 = (init(cfg, x0), x0, (jnp.zeros((s,), x0.dtype), jnp.zeros((s,), x0.dtype)))
@@ -267,7 +289,7 @@ def _central_step(static, cfg, job, cluster, eff, inputs, state):
   fs_static = (static.fs.structure, static.fs)
   new_state, (step, penalty) = update(fs_static, cfg, job, cluster, eff, inputs, state)
   return (new_state, state.x, jax.vmap(static.fs.relaxed_values)(state.x), step, penalty,
-          _best(step, penalty, cfg))
+          _best(step, penalty, cfg, static.fs, state.x))
 
 
 @functools.partial(jax.jit, static_argnames=("static",))

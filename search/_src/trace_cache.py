@@ -32,6 +32,7 @@ import numpy as np
 
 _lock = threading.Lock()
 _loaded: dict[str | tuple, object] = {}  # path on disk, or ("memory", name, key)
+_building: dict[str | tuple, threading.Lock] = {}  # held while a program is built
 # Tracing and lowering are Python and hold the interpreter lock, so programs
 # traced in several threads at once (a search's families) all finish late;
 # one at a time, the first starts compiling (which releases the lock) sooner.
@@ -116,26 +117,40 @@ def compiled(name: str, jitted, static: tuple, key, args: tuple, compiler_option
     path = ("memory", name, digest(name, key, args, compiler_options))
   with _lock:
     program = _loaded.get(path)
+    building = _building.setdefault(path, threading.Lock())
   if program is None:
-    if isinstance(path, tuple):
-      with _tracing:
-        lowered = jitted.trace(*static, *args).lower()
-      _notify(on_traced)
-      program = lowered.compile()
-    else:
-      fn = functools.partial(jitted.__wrapped__, *static)
-      with _tracing:
-        exported, out_tree = _load_or_export(path, fn, treedef, leaves)
-        lowered = jax.jit(exported.call, compiler_options=compiler_options).trace(
-            *leaves).lower()
-      _notify(on_traced)
-      executable = lowered.compile()
-      program = lambda *xs: jax.tree_util.tree_unflatten(
-          out_tree, executable(*jax.tree_util.tree_leaves(xs)))
-    with _lock:
-      _loaded[path] = program
+    with building:  # a second caller of the same program waits for the first's
+      with _lock:
+        program = _loaded.get(path)
+      if program is None:
+        program = _build(path, jitted, static, args, treedef, leaves, compiler_options,
+                         on_traced)
+        with _lock:
+          _loaded[path] = program
+      else:
+        _notify(on_traced)
   else:
     _notify(on_traced)
+  return program
+
+
+def _build(path, jitted, static, args, treedef, leaves, compiler_options, on_traced):
+  """Traces (or loads) and compiles one program; ``on_traced`` before it compiles."""
+  if isinstance(path, tuple):
+    with _tracing:
+      lowered = jitted.trace(*static, *args).lower()
+    _notify(on_traced)
+    program = lowered.compile()
+  else:
+    fn = functools.partial(jitted.__wrapped__, *static)
+    with _tracing:
+      exported, out_tree = _load_or_export(path, fn, treedef, leaves)
+      lowered = jax.jit(exported.call, compiler_options=compiler_options).trace(
+          *leaves).lower()
+    _notify(on_traced)
+    executable = lowered.compile()
+    program = lambda *xs: jax.tree_util.tree_unflatten(
+        out_tree, executable(*jax.tree_util.tree_leaves(xs)))
   return program
 
 

@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from costmodel._src.ops.efficiency import Efficiency
 from costmodel._src.specs import plan as plan_lib
@@ -54,7 +55,7 @@ class StageContext(NamedTuple):
     resident_bytes: Training bytes per GPU kept beside the engine (the switch).
     offload_bytes: Training bytes per GPU moved to the host and back (the switch).
     role: The stage's role (None for generation, the switch and CPU stages).
-    with_actor: The stage's pool also holds the actor (a LoRA reference
+    with_actor: A scoring stage whose pool also holds the actor (a LoRA reference
       shares its frozen base).
     calls: Calls into the trainer per step (a training stage; more than one
       when the trainer streams, ``Mode.require_batches``).
@@ -177,7 +178,11 @@ def stage_inputs(stage: alg.StageSpec, job: RLJob, plan: plan_lib.Plan, cluster:
   actor = plan.role("actor")
   ctx = StageContext(cluster, pool_gpus=gpus[pool], lm_head=has_lm_head(stage),
                      controller=plan.mode.single_controller, **extra,
-                     role=stage.role, with_actor=actor is not None and actor.pool == pool)
+                     role=stage.role,
+                     # only a scoring stage reads it (a LoRA reference); other stages
+                     # of families that place the actor elsewhere share their inputs
+                     with_actor=(stage.kind == alg.INFER and actor is not None
+                                 and actor.pool == pool))
   if stage.kind in (alg.GENERATE, alg.SWITCH):
     return job.actor, plan.engine, devices[pool], ctx
   r = plan.role(stage.role)
@@ -193,11 +198,88 @@ def stage_inputs(stage: alg.StageSpec, job: RLJob, plan: plan_lib.Plan, cluster:
   return model, r.train, devices[pool], ctx
 
 
+def _stage_job(stage: alg.StageSpec, job: RLJob) -> RLJob:
+  if job.multi_turn is not None and stage.kind != alg.GENERATE:
+    return agentic.trajectory_job(job)  # scoring and training see whole episodes
+  return job
+
+
 def stage_cost(stage: alg.StageSpec, job: RLJob, plan: plan_lib.Plan, cluster: Cluster,
                gpus: dict[str, jax.Array], eff: Efficiency, tau=0.0,
                **extra) -> common.StageCost:
   """The cost of ``stage`` under ``plan``: its kind's function on its pool's device."""
-  if job.multi_turn is not None and stage.kind != alg.GENERATE:
-    job = agentic.trajectory_job(job)  # scoring and training see whole episodes
+  job = _stage_job(stage, job)
   model, layout, device, ctx = stage_inputs(stage, job, plan, cluster, gpus, **extra)
   return STAGE_FUNCTIONS[stage.kind](model, layout, device, job, eff, tau, ctx)
+
+
+def _signature(inputs: tuple) -> tuple[tuple, list]:
+  """What must be equal for two plans' inputs of a stage to share one cost
+  computation (the model, devices and cluster as objects; the tree of the
+  layout and context; their Python values), and their leaves."""
+  model, layout, device, ctx = inputs
+  ident = (id(model), id(device), id(ctx.cluster), id(ctx.peer_device))
+  leaves, treedef = jax.tree.flatten((layout, ctx._replace(cluster=None, peer_device=None)))
+  static = tuple(None if isinstance(x, (jax.Array, np.ndarray)) else x for x in leaves)
+  return (ident, treedef, static), leaves
+
+
+def _select(which, members: list[int], inputs: dict[int, tuple]) -> tuple:
+  """The inputs of plan ``which`` among ``members`` (whose signatures agree), leaf
+  by leaf (the first member's where ``which`` is none of them)."""
+  first = inputs[members[0]]
+  if len(members) == 1:
+    return first
+  (_, _, static), _ = _signature(first)
+  flat = {k: _signature(inputs[k])[1] for k in members}
+  leaves = []
+  for j, fixed in enumerate(static):
+    if fixed is not None:
+      leaves.append(flat[members[0]][j])
+      continue
+    out = flat[members[0]][j]
+    for k in members[1:]:
+      out = jnp.where(which == k, flat[k][j], out)
+    leaves.append(out)
+  model, layout, device, ctx = first
+  _, treedef = jax.tree.flatten((layout, ctx._replace(cluster=None, peer_device=None)))
+  layout, rest = jax.tree.unflatten(treedef, leaves)
+  return model, layout, device, rest._replace(cluster=ctx.cluster, peer_device=ctx.peer_device)
+
+
+def shared_stage_costs(stages: dict[int, alg.StageSpec], job: RLJob,
+                       plans: tuple[plan_lib.Plan, ...], cluster: Cluster,
+                       gpus: tuple[dict[str, jax.Array], ...], eff: Efficiency, tau,
+                       which) -> dict[int, common.StageCost]:
+  """The cost of one stage under several plans of which only ``plans[which]``
+  is meant (``which`` may be traced), computed once for every group of plans
+  whose inputs differ only in array values (pool sizes, layout degrees): the
+  group's cost function runs on the inputs of plan ``which``, so a program
+  that estimates every plan of a search's families costs each stage once.
+
+  Args:
+    stages: Plan index -> the stage in that plan's graph (the plans that have it).
+    job, plans, cluster: What is estimated.
+    gpus: Each plan's pool name -> GPUs.
+    eff: Efficiency parameters.
+    tau: Smoothing temperature.
+    which: Index of the plan meant.
+
+  Returns:
+    Plan index -> the stage's cost, exact for plan ``which`` (and for every plan
+    when ``which`` is concrete); a plan outside ``which``'s group gets its group's
+    cost on another plan's inputs.
+  """
+  inputs = {k: stage_inputs(st, _stage_job(st, job), plans[k], cluster, gpus[k])
+            for k, st in stages.items()}
+  groups: dict[tuple, list[int]] = {}
+  for k in stages:
+    groups.setdefault(_signature(inputs[k])[0], []).append(k)
+  out = {}
+  for members in groups.values():
+    stage = stages[members[0]]
+    model, layout, device, ctx = _select(which, members, inputs)
+    cost = STAGE_FUNCTIONS[stage.kind](model, layout, device, _stage_job(stage, job), eff, tau,
+                                       ctx)
+    out.update(dict.fromkeys(members, cost))
+  return out

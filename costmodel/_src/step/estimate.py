@@ -56,14 +56,52 @@ def estimate(job: RLJob, plan: plan_lib.Plan, cluster: Cluster,
     ValueError: for a concrete plan that cannot run (see
       :func:`costmodel.validate_plan`).
   """
-  plan_lib.validate(plan, job, cluster)
+  return estimate_shared(job, (plan,), 0, cluster, efficiency, tau)[0]
+
+
+def estimate_shared(job: RLJob, plans, which, cluster: Cluster,
+                    efficiency: Efficiency | None = None, tau=0.0) -> tuple[Estimate, ...]:
+  """Estimates of ``job`` under several plans of which only ``plans[which]`` is
+  meant, each stage costed once for the plans that share its inputs' structure.
+
+  A search that scores plans of several placement families in one program
+  passes one plan per family and the family of each row as ``which`` (traced):
+  a stage whose inputs differ between families only in array values (the pool
+  sizes of colocated and split plans) is costed once on the inputs of plan
+  ``which``; residency, schedule and metrics, which are cheap, run per plan.
+  :func:`estimate` is the case of one plan.
+
+  Args:
+    job: The RL job.
+    plans: The plans (any placement families).
+    which: Index of the plan meant (an integer or a traced integer scalar).
+    cluster: The cluster.
+    efficiency: Efficiency parameters (defaults if None).
+    tau: Smoothing temperature.
+
+  Returns:
+    One :class:`Estimate` per plan; ``[which]`` is ``estimate(job, plans[which],
+    ...)``, the others use stage costs of another plan's inputs where they share
+    them (meaningless unless ``which`` is concrete and every plan stands alone).
+  """
   eff = efficiency if efficiency is not None else Efficiency()
-  gpus = {p.name: jnp.asarray(p.gpus, float) for p in plan.pools}
-  graph = algorithms.stage_graph(job)
-  if plan.mode.rollout_log_probs:  # the engine returns the old log-probs
-    graph = algorithms.without_stage(graph, algorithms.OLD_LOG_PROB)
-  costs = {st.name: registry.stage_cost(st, job, plan, cluster, gpus, eff, tau)
-           for st in graph}
-  res = residency_lib.residency(graph, costs, job, plan, cluster, gpus, eff)
-  sched = schedule_lib.schedule(res, plan, tau, mini_batches=job.mini_batches)
-  return metrics.assemble(job, plan, cluster, gpus, res, sched, tau)
+  graphs, gpus = [], []
+  for plan in plans:
+    plan_lib.validate(plan, job, cluster)
+    gpus.append({p.name: jnp.asarray(p.gpus, float) for p in plan.pools})
+    graph = algorithms.stage_graph(job)
+    if plan.mode.rollout_log_probs:  # the engine returns the old log-probs
+      graph = algorithms.without_stage(graph, algorithms.OLD_LOG_PROB)
+    graphs.append(graph)
+  costs = [{} for _ in plans]
+  for name in dict.fromkeys(st.name for g in graphs for st in g):
+    stages = {k: st for k, g in enumerate(graphs) for st in g if st.name == name}
+    for k, cost in registry.shared_stage_costs(stages, job, tuple(plans), cluster, tuple(gpus),
+                                               eff, tau, which).items():
+      costs[k][name] = cost
+  out = []
+  for plan, graph, cost, g in zip(plans, graphs, costs, gpus, strict=True):
+    res = residency_lib.residency(graph, cost, job, plan, cluster, g, eff)
+    sched = schedule_lib.schedule(res, plan, tau, mini_batches=job.mini_batches)
+    out.append(metrics.assemble(job, plan, cluster, g, res, sched, tau))
+  return tuple(out)

@@ -1,0 +1,214 @@
+"""The families of one search as one space: one relaxed loop and one exact
+program per job.
+
+A :class:`SharedSpace` lays the value vectors of several family spaces of one
+job and cluster side by side: its columns are the union of theirs (by name)
+plus a last ``family`` column, the index of the family a row belongs to. A row
+of family ``k`` holds that family's values in its columns and, in columns the
+family lacks, a filler (another family's first option, or its lower bound in
+relaxed units) that nothing of family ``k`` reads. Both programs build every
+family's plan from the row and estimate them with
+:func:`costmodel.estimate_shared`, which costs each stage once on the inputs of
+the row's family wherever the families' stage inputs differ only in values
+(the pool sizes of colocated and split plans): the program is little larger
+than one family's, and it compiles once for all of them.
+
+* The relaxed loop (:func:`search._src.relax.run`) takes the space as it takes
+  a family's: its objective and relaxed values select the row's family; the
+  ``family`` column is categorical (never moved), so every start stays in its
+  family and a column another family trains gets no update where the row's
+  family does not read it (its bounds hold it). :func:`run` widens each
+  family's starts, runs them as one batch and splits the output.
+* The exact evaluator of each family (:class:`search._src.evaluate.Evaluator`
+  with ``shared``) widens its rows and reads its family's estimate.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import costmodel as cm
+from search._src import compile_cache
+from search._src import relax
+from search._src import space as space_lib
+
+FAMILY = "family"
+"""Name of the last column: the row's family."""
+
+
+class SharedSpace:
+  """Several family spaces of one job and cluster as one value vector.
+
+  Args:
+    spaces: The family spaces (the same ``job`` and ``cluster`` objects; none
+      with an objective of its own).
+
+  Raises:
+    ValueError: for fewer than two spaces, spaces of different jobs or
+      clusters, or a space with its own relaxed objective.
+  """
+
+  def __init__(self, spaces):
+    spaces = tuple(spaces)
+    if len(spaces) < 2:
+      raise ValueError(f"SharedSpace: spaces has {len(spaces)} family, needs at least 2")
+    for fs in spaces:
+      if fs.job is not spaces[0].job or fs.cluster is not spaces[0].cluster:
+        raise ValueError(f"SharedSpace: family {fs.family!r} has another job or cluster than "
+                         f"{spaces[0].family!r}; a shared space holds one job on one cluster")
+      if hasattr(fs, "relaxed_objective"):
+        raise ValueError(f"SharedSpace: family {fs.family!r} brings its own objective")
+    self.spaces = spaces
+    self.job, self.cluster = spaces[0].job, spaces[0].cluster
+    names = tuple(dict.fromkeys(n for fs in spaces for n in fs.names))
+    self.names = (*names, FAMILY)
+    self.columns = tuple(np.asarray([names.index(n) for n in fs.names]) for fs in spaces)
+    first, trained = {}, {}
+    for fs in spaces:
+      train = set(relax.trainable(fs))
+      for j, var in enumerate(fs.vars):
+        first.setdefault(var.name, var)
+        if j in train:  # a column trains when any family trains it
+          trained.setdefault(var.name, var)
+    self.vars = (*(trained.get(n, first[n]) for n in names),
+                 space_lib.Var(FAMILY, space_lib.CAT, np.arange(len(spaces), dtype=float)))
+    self._filler_values = np.asarray([float(first[n].options[0]) for n in names], np.float32)
+    # Relaxed fillers: each column's lower bound in its first family (a
+    # categorical column: its first option).
+    self._filler_x = np.zeros(len(names), np.float32)
+    for fs in reversed(spaces):  # the first family that has a column sets it
+      lo, _ = fs.relaxed_bounds(np.asarray([[float(v.options[0]) for v in fs.vars]]))
+      self._filler_x[[names.index(n) for n in fs.names]] = lo[0]
+    # What jitted code specialises on: each family's structure and variables.
+    self.structure = tuple(relax.static_key(fs) for fs in spaces)
+
+  def __hash__(self):
+    return hash(self.structure)
+
+  def __eq__(self, other):
+    return isinstance(other, SharedSpace) and self.structure == other.structure
+
+  def index_of(self, fs) -> int:
+    """The family index of ``fs`` (one of :attr:`spaces`)."""
+    for k, s in enumerate(self.spaces):
+      if s is fs:
+        return k
+    raise ValueError(f"SharedSpace: family {fs.family!r} is not one of its spaces")
+
+  def widen(self, k: int, rows: np.ndarray, relaxed: bool = False) -> np.ndarray:
+    """Rows [N, V_k] of family ``k`` as rows of this space [N, U + 1]."""
+    rows = np.asarray(rows)
+    filler = self._filler_x if relaxed else self._filler_values
+    out = np.repeat(np.append(filler, np.float32(k))[None, :], rows.shape[0], 0).astype(
+        rows.dtype if rows.dtype.kind == "f" else np.float32)
+    out[:, self.columns[k]] = rows
+    return out
+
+  def family_of(self, x: jax.Array) -> jax.Array:
+    """The family index of one row (traceable)."""
+    return x[-1].astype(jnp.int32)
+
+  def relaxed_values(self, x: jax.Array) -> jax.Array:
+    """Relaxed parameters -> continuous values of one row: its family's values in
+    its columns (traceable)."""
+    fam = self.family_of(x)
+    out = x
+    for k, (fs, cols) in enumerate(zip(self.spaces, self.columns, strict=True)):
+      out = jnp.where(fam == k, out.at[cols].set(fs.relaxed_values(x[cols])), out)
+    return out
+
+  def relaxed_objective(self, job, cluster, eff, x, tau, weight):
+    """The relaxed objective of one row: its family's
+    (:func:`search._src.relax.loss_of`), with stage costs shared."""
+    fam = self.family_of(x)
+    values = [fs.relaxed_values(x[cols]) for fs, cols in zip(self.spaces, self.columns,
+                                                              strict=True)]
+    plans = tuple(fs.structure.to_plan(v) for fs, v in zip(self.spaces, values, strict=True))
+    with cm.positive_tau():
+      ests = cm.estimate_shared(job, plans, fam, cluster, eff, tau=tau)
+    step = penalty = None
+    for k, (fs, v, est) in enumerate(zip(self.spaces, values, ests, strict=True)):
+      p = relax.penalty_of(fs.structure, v, est, job, cluster)
+      step = est.step_time_s if step is None else jnp.where(fam == k, est.step_time_s, step)
+      penalty = p if penalty is None else jnp.where(fam == k, p, penalty)
+    return relax.loss_of(step, penalty, weight), (step, penalty)
+
+
+def run(shared: SharedSpace, eff: cm.Efficiency, starts, cfg: relax.RelaxConfig,
+        on_traced=None) -> list[relax.RelaxOutput]:
+  """The relaxed loop of every family's starts in one batch.
+
+  Args:
+    shared: The space.
+    eff: Efficiency parameters.
+    starts: ``(x0, lo, hi)`` of each family, in the order of ``shared.spaces``.
+    cfg: The relaxed phase's schedules.
+    on_traced: As in :func:`search._src.relax.run`.
+
+  Returns:
+    One :class:`~search._src.relax.RelaxOutput` per family, in its own columns.
+  """
+  parts = [[], [], []]
+  for k, arrays in enumerate(starts):
+    for i, a in enumerate(arrays):
+      parts[i].append(shared.widen(k, np.asarray(a, np.float32), relaxed=True))
+  x0, lo, hi = (np.concatenate(p, 0) for p in parts)
+  out = _run_parts(shared, eff, x0, lo, hi, cfg, on_traced)
+  outs, at = [], 0
+  for k, (a, *_) in enumerate(starts):
+    rows, cols = slice(at, at + len(a)), shared.columns[k]
+    at += len(a)
+    outs.append(relax.RelaxOutput(x=out.x[rows][:, cols], values=out.values[rows][:, cols],
+                                  step_time_s=out.step_time_s[rows],
+                                  penalty=out.penalty[rows], history_s=out.history_s[:, k]))
+  return outs
+
+
+def cores() -> int:
+  """CPU cores this process may use."""
+  n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+  return max(1, n or 1)
+
+
+def _run_parts(shared, eff, x0, lo, hi, cfg, on_traced) -> relax.RelaxOutput:
+  """:func:`search._src.relax.run` of the rows cut into one equal part per core,
+  each part in a thread of its own (XLA runs one program on one core, so the
+  parts run side by side; the program compiles once, the other threads wait for
+  it); on several devices the rows are sharded instead, in one part."""
+  n = min(cores() if jax.device_count() == 1 else 1, x0.shape[0])
+  size = -(-x0.shape[0] // n)
+  pad = lambda a: np.concatenate([a, np.repeat(a[-1:], n * size - len(a), 0)], 0)
+  x0, lo, hi = pad(x0), pad(lo), pad(hi)
+  cut = lambda a, i: a[i * size:(i + 1) * size]
+  # Every part takes the same path of the trace cache (an AOT program), so they share it.
+  notify = [on_traced or (lambda: None)] + [lambda: None] * (n - 1)
+  with concurrent.futures.ThreadPoolExecutor(n) as pool:
+    outs = list(pool.map(lambda i: relax.run(shared, shared.job, shared.cluster, eff,
+                                             cut(x0, i), cut(lo, i), cut(hi, i), cfg,
+                                             on_traced=notify[i]), range(n)))
+  cat = lambda field: np.concatenate([getattr(o, field) for o in outs], 0)
+  return relax.RelaxOutput(x=cat("x"), values=cat("values"), step_time_s=cat("step_time_s"),
+                           penalty=cat("penalty"),
+                           history_s=np.min(np.stack([o.history_s for o in outs]), axis=0))
+
+
+@functools.partial(jax.jit, static_argnames=("shared",), compiler_options=compile_cache.FORWARD)
+def estimates(shared: SharedSpace, job, cluster, eff, values):
+  """Exact estimates and memory excess of rows [N, U + 1] of ``shared``, one
+  ``(Estimate, excess)`` per family (the row's own family's is its estimate)."""
+
+  def one(v):
+    fam = shared.family_of(v)
+    rows = [v[cols] for cols in shared.columns]
+    plans = tuple(fs.structure.to_plan(r) for fs, r in zip(shared.spaces, rows, strict=True))
+    ests = cm.estimate_shared(job, plans, fam, cluster, eff, tau=0.0)
+    return tuple((est, space_lib.memory_excess(fs.structure, r, est, job, cluster))
+                 for fs, r, est in zip(shared.spaces, rows, ests, strict=True))
+
+  return jax.vmap(one)(values)

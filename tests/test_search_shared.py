@@ -1,0 +1,164 @@
+"""One program for every family of a job: shared stage costs, the shared space's
+exact and relaxed programs against each family's own, and its bad input."""
+
+from __future__ import annotations
+
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import costmodel as cm
+import search
+from costmodel._src.stages import registry
+from search._src import evaluate
+from search._src import frameworks as fw_lib
+from search._src import relax
+from search._src import shared as shared_lib
+from search._src import trace_cache
+
+FAMILIES = ("colocated", "split")
+
+
+@pytest.fixture(scope="module")
+def spaces(search_job, cluster_2x8, compact_space):
+  fw = fw_lib.get("any")
+  return [fw.build(f, search_job, cluster_2x8, compact_space, "bf16") for f in FAMILIES]
+
+
+@pytest.fixture(scope="module")
+def shared(spaces):
+  return shared_lib.SharedSpace(spaces)
+
+
+def _plans(job):
+  train = {"actor": cm.Parallel(tp=2.0)}
+  return (cm.build_plan("colocated", job, {"all": 16.0}, train=train),
+          cm.build_plan("split", job, {"gen": 6.0, "train": 10.0}, train=train))
+
+
+def test_estimate_shared_is_each_plans_estimate(search_job, cluster_2x8):
+  plans = _plans(search_job)
+  f = jax.jit(lambda which, plans: cm.estimate_shared(search_job, plans, which, cluster_2x8))
+  for k, plan in enumerate(plans):
+    own = cm.estimate(search_job, plan, cluster_2x8)
+    got = f(jnp.int32(k), plans)[k]
+    assert got.stage_names == own.stage_names
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(own), strict=True):
+      np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
+
+
+def test_stages_with_value_only_differences_are_costed_once(search_job, cluster_2x8,
+                                                           monkeypatch):
+  calls = []
+  for kind, fn in list(registry.STAGE_FUNCTIONS.items()):
+    monkeypatch.setitem(registry.STAGE_FUNCTIONS, kind,
+                        lambda *a, fn=fn, kind=kind: (calls.append(kind), fn(*a))[1])
+  jax.make_jaxpr(lambda w, p: cm.estimate_shared(search_job, p, w, cluster_2x8))(
+      0, _plans(search_job))
+  # Generation, scoring, training: once for both families. The weight sync differs
+  # in structure (within one pool or across two), so each family costs its own;
+  # only the colocated family has a switch.
+  assert sorted(calls) == sorted(["generate", "cpu", "infer", "infer", "train", "sync", "sync",
+                                  "switch"])
+
+
+def test_widen_keeps_a_familys_columns_and_names_its_family(shared, spaces):
+  assert shared.names[-1] == shared_lib.FAMILY
+  assert set(shared.names[:-1]) == {n for fs in spaces for n in fs.names}
+  for k, fs in enumerate(spaces):
+    rows = np.asarray([[v.options[-1] for v in fs.vars]], np.float32)
+    wide = shared.widen(k, rows)
+    np.testing.assert_array_equal(wide[:, shared.columns[k]], rows)
+    assert wide[0, -1] == k
+    assert [shared.names[c] for c in shared.columns[k]] == list(fs.names)
+
+
+def test_shared_exact_program_scores_as_each_familys_own(shared, spaces):
+  eff = cm.Efficiency()
+  rng = np.random.default_rng(0)
+  for fs in spaces:
+    rows = np.stack([[rng.choice(v.options) for v in fs.vars] for _ in range(40)])
+    own = evaluate.Evaluator(fs, eff, chunk=64, full=True).stage_scores(rows)
+    got = evaluate.Evaluator(fs, eff, chunk=64, full=True, shared=shared).stage_scores(rows)
+    assert got[1] == own[1]  # the family's own stage names
+    ok = np.isfinite(own[0].step_time_s)
+    assert ok.sum() > 10
+    np.testing.assert_allclose(got[0].step_time_s[ok], own[0].step_time_s[ok], rtol=1e-6)
+    np.testing.assert_array_equal(got[0].feasible, own[0].feasible)
+    np.testing.assert_allclose(got[2][ok], own[2][ok], rtol=1e-5, atol=1e-4)
+
+
+def test_shared_relaxed_objective_and_gradient_are_the_familys(shared, spaces):
+  eff = cm.Efficiency()
+  for k, fs in enumerate(spaces):
+    x0, _, _ = fs.init_relaxed(np.random.default_rng(k), 4)
+    tau = np.full(4, 0.1, np.float32)
+    own = relax.objective_and_grad(fs, eff, x0, tau, weight=3.0)
+    got = relax.objective_and_grad(shared, eff, shared.widen(k, x0.astype(np.float32), True),
+                                   tau, weight=3.0)
+    for a, b in zip(got[:3], own[:3], strict=True):
+      np.testing.assert_allclose(a, b, rtol=2e-5)
+    np.testing.assert_allclose(got[3][:, shared.columns[k]], own[3], rtol=1e-3, atol=1e-5)
+    others = np.setdiff1d(np.arange(len(shared.names)), shared.columns[k])
+    assert np.all(np.isfinite(got[3])) and np.all(got[3][:, others] == 0.0)
+
+
+def test_shared_relaxed_loop_keeps_each_start_in_its_family(shared, spaces):
+  eff = cm.Efficiency()
+  inits = [fs.init_relaxed(np.random.default_rng(k), 5) for k, fs in enumerate(spaces)]
+  outs = shared_lib.run(shared, eff, inits, relax.RelaxConfig(steps=30))
+  for fs, (x0, lo, hi), out in zip(spaces, inits, outs, strict=True):
+    assert out.x.shape == x0.shape and out.values.shape == x0.shape
+    assert out.history_s.shape == (30,)
+    assert np.all(out.x >= lo - 1e-6) and np.all(out.x <= hi + 1e-6)
+    own = relax.run(fs, fs.job, fs.cluster, eff, x0, lo, hi, relax.RelaxConfig(steps=30))
+    # The same optimisation; Adam's unit steps on near-zero gradients let the
+    # points drift apart in flat directions, the step times stay close.
+    np.testing.assert_allclose(out.step_time_s, own.step_time_s, rtol=0.05)
+
+
+def test_search_of_two_families_matches_each_familys_own(search_job, cluster_2x8,
+                                                        compact_space, split_search):
+  both = search.optimize(search_job, cluster_2x8, families=list(FAMILIES), starts=16,
+                         steps=60, seed=0, space=compact_space)
+  assert set(both.best_by_family_s) == set(FAMILIES)
+  # The split family's best is its search alone (the same starts and discrete
+  # phases; the relaxed points may drift apart in flat directions).
+  assert np.isclose(both.best_by_family_s["split"], split_search.best_by_family_s["split"],
+                    rtol=0.02)
+  assert both.best_estimate.step_time_s <= split_search.best_estimate.step_time_s * 1.02
+
+
+def test_one_program_is_built_once_for_concurrent_callers():
+  traces = []
+
+  @jax.jit
+  def f(x):
+    traces.append(1)
+    return x * 2.0
+
+  args = (jnp.arange(3.0),)
+  out = []
+  threads = [threading.Thread(target=lambda: out.append(trace_cache.call(
+      "test_concurrent", f, (), "k", args, {}, on_traced=lambda: None))) for _ in range(4)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  assert traces == [1] and len(out) == 4
+
+
+def test_bad_input(spaces, shared, search_job, cluster_2x8, compact_space):
+  with pytest.raises(ValueError, match="spaces has 1 family, needs at least 2"):
+    shared_lib.SharedSpace(spaces[:1])
+  other = fw_lib.get("any").build("split", cm.RLJob("grpo", search_job.actor), cluster_2x8,
+                                  compact_space, "bf16")
+  with pytest.raises(ValueError, match="another job or cluster"):
+    shared_lib.SharedSpace([spaces[0], other])
+  with pytest.raises(ValueError, match="shared= needs full=True"):
+    evaluate.Evaluator(spaces[0], shared=shared)
+  with pytest.raises(ValueError, match="is not one of its spaces"):
+    shared.index_of(other)
