@@ -81,7 +81,7 @@ def test_shared_exact_program_scores_as_each_familys_own(shared, spaces):
   rng = np.random.default_rng(0)
   for fs in spaces:
     rows = np.stack([[rng.choice(v.options) for v in fs.vars] for _ in range(40)])
-    own = evaluate.Evaluator(fs, eff, chunk=64, full=True).stage_scores(rows)
+    own = evaluate.Evaluator(fs, eff, chunk=64, full=True, shared=False).stage_scores(rows)
     got = evaluate.Evaluator(fs, eff, chunk=64, full=True, shared=shared).stage_scores(rows)
     assert got[1] == own[1]  # the family's own stage names
     ok = np.isfinite(own[0].step_time_s)
@@ -161,4 +161,12 @@ def test_bad_input(spaces, shared, search_job, cluster_2x8, compact_space):
   with pytest.raises(ValueError, match="shared= needs full=True"):
     evaluate.Evaluator(spaces[0], shared=shared)
   with pytest.raises(ValueError, match="is not one of its spaces"):
-    shared.index_of(other)
+    shared.index_of(fw_lib.get("any").build("split_async", search_job, cluster_2x8,
+                                            compact_space, "bf16"))
+
+
+def test_a_search_registers_its_program_for_whole_estimate_evaluators(shared, spaces):
+  shared_lib.register(shared)
+  assert evaluate.Evaluator(spaces[1], full=True).shared is shared
+  assert evaluate.Evaluator(spaces[1], full=True, shared=False).shared is None
+  assert evaluate.Evaluator(spaces[1]).shared is None  # the lean scorer keeps its own

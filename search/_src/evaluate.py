@@ -87,14 +87,20 @@ class Evaluator:
       chunks; for enumeration) and :meth:`estimates` a second one on demand.
     shared: A space of several families that holds ``fs``
       (:class:`~search._src.shared.SharedSpace`; needs ``full``): the rows are
-      scored by its one program, which every family's evaluator shares.
+      scored by its one program, which every family's evaluator shares. None:
+      with ``full``, the registered space that holds ``fs``'s structure
+      (:func:`~search._src.shared.register`, a search of the job) if any;
+      False: the family's own program.
   """
 
   def __init__(self, fs: space_lib.FamilySpace, efficiency: cm.Efficiency | None = None,
                chunk: int = DEFAULT_CHUNK, full: bool = False,
-               shared: shared_lib.SharedSpace | None = None):
+               shared: shared_lib.SharedSpace | bool | None = None):
     if not isinstance(chunk, int) or chunk < 1:
       raise ValueError(f"Evaluator: chunk={chunk!r} must be a positive integer")
+    if shared is None and full:
+      shared = shared_lib.holding(fs.structure)
+    shared = shared or None
     if shared is not None and not full:
       raise ValueError("Evaluator: shared= needs full=True (the shared program returns whole "
                        "estimates)")

@@ -182,6 +182,7 @@ def search_shared(spaces, eff: cm.Efficiency, starts: int, seed: int, cfg: relax
   t0 = time.perf_counter()
   phase = on_phase or (lambda family, name: None)
   space = shared_lib.SharedSpace(spaces)
+  shared_lib.register(space)  # the rules of thumb and later searches reuse its program
   rngs = [_rng(fs, seed) for fs in spaces]
   inits = [fs.init_relaxed(rng, starts) for fs, rng in zip(spaces, rngs, strict=True)]
   evs = [evaluate.Evaluator(fs, eff, full=True, shared=space) for fs in spaces]

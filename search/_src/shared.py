@@ -95,11 +95,13 @@ class SharedSpace:
     return isinstance(other, SharedSpace) and self.structure == other.structure
 
   def index_of(self, fs) -> int:
-    """The family index of ``fs`` (one of :attr:`spaces`)."""
+    """The family index of ``fs``: the space of its structure (what the exact
+    program reads of a family) among :attr:`spaces`."""
     for k, s in enumerate(self.spaces):
-      if s is fs:
+      if s.structure == fs.structure:
         return k
     raise ValueError(f"SharedSpace: family {fs.family!r} is not one of its spaces")
+
 
   def widen(self, k: int, rows: np.ndarray, relaxed: bool = False) -> np.ndarray:
     """Rows [N, V_k] of family ``k`` as rows of this space [N, U + 1]."""
@@ -139,6 +141,21 @@ class SharedSpace:
       penalty = p if penalty is None else jnp.where(fam == k, p, penalty)
     return relax.loss_of(step, penalty, weight), (step, penalty)
 
+
+_holding: dict = {}  # Structure -> the latest shared space that holds it
+
+
+def register(space: SharedSpace) -> None:
+  """Makes ``space``'s exact program the one whole-estimate evaluators of its
+  families use in this process (:func:`holding`): a search's rules of thumb and
+  later searches of the job reuse the compiled program."""
+  for fs in space.spaces:
+    _holding[fs.structure] = space
+
+
+def holding(structure) -> SharedSpace | None:
+  """The registered shared space that holds ``structure`` (None if none)."""
+  return _holding.get(structure)
 
 def run(shared: SharedSpace, eff: cm.Efficiency, starts, cfg: relax.RelaxConfig,
         on_traced=None) -> list[relax.RelaxOutput]:
