@@ -47,23 +47,13 @@ import numpy as np
 
 import costmodel as cm
 from search._src import compile_cache
-from search._src import cut_dp
-from search._src import evaluate
+from search._src import family_search
 from search._src import frameworks as fw_lib
 from search._src import progress as progress_lib
 from search._src import relax
 from search._src import result as result_lib
-from search._src import rounding
-from search._src import shared as shared_lib
 from search._src import space as space_lib
 from search._src.result import SearchResult
-
-
-@dataclasses.dataclass
-class _FamilyRun:
-  fs: space_lib.FamilySpace
-  ev: evaluate.Evaluator
-  ranked: result_lib.Ranked
 
 
 def _progress(message: str) -> None:
@@ -77,136 +67,6 @@ def _progress(message: str) -> None:
 def _check_int(name: str, value, low: int) -> None:
   if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
     raise ValueError(f"optimize: {name}={value!r} must be an integer >= {low}")
-
-
-def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, seed: int,
-                  cfg: relax.RelaxConfig, seeds: int = 16, corners: int = 32,
-                  chunk: int = evaluate.DEFAULT_CHUNK, on_phase=None, dp_seeds: bool = True,
-                  traced: threading.Event | None = None,
-                  warm_after: tuple[threading.Event, ...] = ()):
-  """Relaxed optimisation, rounding and local search inside one family.
-
-  ``on_phase(family, phase)``, when given, is called as each phase ends
-  (:data:`~search._src.progress.PHASES`). With ``dp_seeds`` the cut DP's
-  candidates of the family (its coarsest pool sizes,
-  :func:`~search._src.cut_dp.family_seeds`) join the rounded candidates.
-  ``traced`` is set once the family's relaxed loop is traced; the exact
-  evaluator starts compiling after it and after every event of ``warm_after``
-  (the other families' relaxed loops, searched in other threads).
-
-  Returns:
-    ``(run, relax_output)``: the family's ranked plans and evaluator, and the
-    relaxed phase's output.
-  """
-  rng = _rng(fs, seed)
-  x0, lo, hi = fs.init_relaxed(rng, starts)
-  phase = on_phase or (lambda family, name: None)
-  ev = evaluate.Evaluator(fs, eff, chunk=chunk, full=True)
-  # The exact evaluator compiles in a thread of its own while the relaxed loop
-  # compiles and runs (XLA releases the interpreter lock), so a cold search
-  # pays for the two compilations side by side, not one after the other. It
-  # starts once the relaxed loop is traced: tracing holds the interpreter lock,
-  # and the relaxed loop, the longest compilation, should start compiling first.
-  traced = traced or threading.Event()
-  with concurrent.futures.ThreadPoolExecutor(1) as pool:
-    warming = pool.submit(_warm_after, ev, (traced, *warm_after))
-    try:
-      out = relax.run(fs, fs.job, fs.cluster, eff, x0, lo, hi, cfg, on_traced=traced.set)
-    finally:
-      traced.set()
-    phase(fs.family, "relaxed")
-    warming.result()
-  return _FamilyRun(fs=fs, ev=ev, ranked=discrete(fs, ev, out, rng, seeds, corners,
-                                                   dp_seeds, phase)), out
-
-
-def _rng(fs: space_lib.FamilySpace, seed: int) -> np.random.Generator:
-  """The family's own random generator (its result does not depend on the
-  other families or the order in which they finish)."""
-  key = [seed, space_lib.FAMILIES.index(fs.family)]
-  if fs.structure.rollout_precision != "bf16":  # its own draws; the BF16 space keeps its own
-    key.append(tuple(space_lib.ROLLOUT_PRECISIONS).index(fs.structure.rollout_precision))
-  return np.random.default_rng(key)
-
-
-def _warm_after(ev: evaluate.Evaluator, events) -> None:
-  for event in events:
-    event.wait()
-  ev.warm()
-
-
-def discrete(fs: space_lib.FamilySpace, ev: evaluate.Evaluator, out: relax.RelaxOutput,
-             rng: np.random.Generator, seeds: int = 16, corners: int = 32,
-             dp_seeds: bool = True, phase=None) -> result_lib.Ranked:
-  """The discrete phases of one family from its relaxed output: rounding (and
-  the cut DP's seeds), local search, block sweeps; its ranked plans."""
-  phase = phase or (lambda family, name: None)
-  cand = rounding.candidates(fs, out.values, rng, corners=corners)
-  ranked = rounding.score(ev, cand)
-  dp = cut_dp.family_seeds(fs, ev) if dp_seeds else np.zeros((0, len(fs.vars)))
-  if len(dp):
-    dp_ranked = rounding.score(ev, dp)
-    ranked = result_lib.rank(ranked, dp_ranked)
-  phase(fs.family, "rounded")
-  ranked = rounding.local_search(ev, result_lib.Ranked(*(a[:seeds] for a in ranked)))
-  # The DP's own best pool splits are swept too: the relaxed candidates'
-  # splits would otherwise crowd them out of the sweep's starts.
-  swept = rounding.block_sweep(ev, ranked, rng=rng, extra=dp_ranked if len(dp) else None)
-  if swept.objective[0] < ranked.objective[0] * (1 - 1e-6):
-    ranked = rounding.local_search(ev, result_lib.Ranked(*(a[:4] for a in swept)))
-    ranked = result_lib.rank(ranked, swept)
-  else:
-    ranked = swept
-  phase(fs.family, "refined")
-  return ranked
-
-
-def _shareable(spaces) -> bool:
-  """Whether the family spaces can share one relaxed loop and exact program
-  (:mod:`search._src.shared`): two or more, one job and cluster, none with an
-  objective of its own."""
-  return (len(spaces) > 1 and all(fs.job is spaces[0].job and fs.cluster is spaces[0].cluster
-                                  and not hasattr(fs, "relaxed_objective") for fs in spaces))
-
-
-def search_shared(spaces, eff: cm.Efficiency, starts: int, seed: int, cfg: relax.RelaxConfig,
-                  on_phase=None, dp_seeds: bool = True):
-  """:func:`search_family` of several families at once: one relaxed loop over
-  every family's starts and one exact program (:mod:`search._src.shared`),
-  which compiles in a thread of its own once the loop is traced; then each
-  family's discrete phases in a thread of its own.
-
-  Returns:
-    ``[(run, relax_output, seconds)]`` per family, in the order of ``spaces``.
-  """
-  t0 = time.perf_counter()
-  phase = on_phase or (lambda family, name: None)
-  space = shared_lib.SharedSpace(spaces)
-  shared_lib.register(space)  # the rules of thumb and later searches reuse its program
-  rngs = [_rng(fs, seed) for fs in spaces]
-  inits = [fs.init_relaxed(rng, starts) for fs, rng in zip(spaces, rngs, strict=True)]
-  evs = [evaluate.Evaluator(fs, eff, full=True, shared=space) for fs in spaces]
-  traced = threading.Event()
-  with concurrent.futures.ThreadPoolExecutor(1) as pool:
-    warming = pool.submit(_warm_after, evs[0], (traced,))
-    try:
-      outs = shared_lib.run(space, eff, inits, cfg, on_traced=traced.set)
-    finally:
-      traced.set()
-    for fs in spaces:
-      phase(fs.family, "relaxed")
-    warming.result()
-  relaxed_s = time.perf_counter() - t0
-
-  def one(k):
-    tf = time.perf_counter()
-    fs = spaces[k]
-    ranked = discrete(fs, evs[k], outs[k], rngs[k], dp_seeds=dp_seeds, phase=phase)
-    return (_FamilyRun(fs=fs, ev=evs[k], ranked=ranked), outs[k],
-            relaxed_s + time.perf_counter() - tf)
-
-  with concurrent.futures.ThreadPoolExecutor(_workers(len(spaces))) as pool:
-    return list(pool.map(one, range(len(spaces))))
 
 
 def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64,
@@ -269,9 +129,10 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64
 
   Notes:
     Compilation dominates a cold search (one relaxed loop and one exact
-    program for all families, :mod:`search._src.shared`); jobs that differ only in numbers (lengths, batch sizes, hardware
-    figures) reuse the compiled code, and the persistent cache serves it
-    (and the traced relaxed loops) to later processes. ``compile_time_s`` of
+    program for all families, :mod:`search._src.shared`); jobs that differ
+    only in numbers (lengths, batch sizes, hardware figures) reuse the
+    compiled code, and the persistent cache serves it (and the traced
+    programs) to later processes. ``compile_time_s`` of
     the result says how much of the wall time was tracing and compilation.
 
   Example:
@@ -322,11 +183,6 @@ def _label(family: str, rollout_precision: str) -> str:
   return family if rollout_precision == "bf16" else f"{family}+{rollout_precision}"
 
 
-def _workers(n: int) -> int:
-  """Threads for ``n`` families: one per CPU core this process may use."""
-  return max(1, min(n, shared_lib.cores()))
-
-
 def _search(job, cluster, fams, fw: fw_lib.Framework, starts, seed, top_k, eff, cfg, space,
             progress, dp_seeds: bool = True) -> SearchResult:
   spaces = [(_label(fam, prec), fw.build(fam, job, cluster, space, prec)) for fam in fams
@@ -344,9 +200,9 @@ def _search(job, cluster, fams, fw: fw_lib.Framework, starts, seed, top_k, eff, 
     # at once (one per thread) to be traced: the relaxed loops compile longest.
     # A family that waits for a thread of its own is not waited for.
     try:
-      run, out = search_family(fs, eff, starts, seed, cfg, on_phase=bar.phase,
-                               dp_seeds=dp_seeds, traced=traced[k],
-                               warm_after=tuple(traced[:_workers(len(spaces))]))
+      run, out = family_search.search_family(
+          fs, eff, starts, seed, cfg, on_phase=bar.phase, dp_seeds=dp_seeds, traced=traced[k],
+          warm_after=tuple(traced[:family_search.workers(len(spaces))]))
     finally:
       traced[k].set()  # also when the family failed before its relaxed loop
     return run, out, time.perf_counter() - tf
@@ -357,11 +213,11 @@ def _search(job, cluster, fams, fw: fw_lib.Framework, starts, seed, top_k, eff, 
   # families' programs compile on separate cores. Each family has its own
   # random generator: the result does not depend on the order in which they finish.
   with bar:
-    if _shareable([fs for _, fs in spaces]):
-      outs = search_shared([fs for _, fs in spaces], eff, starts, seed, cfg,
-                           on_phase=bar.phase, dp_seeds=dp_seeds)
+    if family_search.shareable([fs for _, fs in spaces]):
+      outs = family_search.search_shared([fs for _, fs in spaces], eff, starts, seed, cfg,
+                                         on_phase=bar.phase, dp_seeds=dp_seeds)
     else:
-      with concurrent.futures.ThreadPoolExecutor(_workers(len(spaces))) as pool:
+      with concurrent.futures.ThreadPoolExecutor(family_search.workers(len(spaces))) as pool:
         outs = list(pool.map(one, range(len(spaces))))
   runs, history, bound, best_by = [], {}, {}, {}
   for (fam, _), (run, out, seconds) in zip(spaces, outs, strict=True):

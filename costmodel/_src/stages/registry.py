@@ -224,25 +224,23 @@ def _signature(inputs: tuple) -> tuple[tuple, list]:
   return (ident, treedef, static), leaves
 
 
-def _select(which, members: list[int], inputs: dict[int, tuple]) -> tuple:
+def _select(which, members: list[int], inputs: dict[int, tuple],
+            signed: dict[int, tuple]) -> tuple:
   """The inputs of plan ``which`` among ``members`` (whose signatures agree), leaf
-  by leaf (the first member's where ``which`` is none of them)."""
+  by leaf (the first member's where ``which`` is none of them); ``signed``: each
+  plan's :func:`_signature`."""
   first = inputs[members[0]]
   if len(members) == 1:
     return first
-  (_, _, static), _ = _signature(first)
-  flat = {k: _signature(inputs[k])[1] for k in members}
+  (_, treedef, static), _ = signed[members[0]]
   leaves = []
   for j, fixed in enumerate(static):
-    if fixed is not None:
-      leaves.append(flat[members[0]][j])
-      continue
-    out = flat[members[0]][j]
-    for k in members[1:]:
-      out = jnp.where(which == k, flat[k][j], out)
+    out = signed[members[0]][1][j]
+    if fixed is None:
+      for k in members[1:]:
+        out = jnp.where(which == k, signed[k][1][j], out)
     leaves.append(out)
-  model, layout, device, ctx = first
-  _, treedef = jax.tree.flatten((layout, ctx._replace(cluster=None, peer_device=None)))
+  model, _, device, ctx = first
   layout, rest = jax.tree.unflatten(treedef, leaves)
   return model, layout, device, rest._replace(cluster=ctx.cluster, peer_device=ctx.peer_device)
 
@@ -272,13 +270,14 @@ def shared_stage_costs(stages: dict[int, alg.StageSpec], job: RLJob,
   """
   inputs = {k: stage_inputs(st, _stage_job(st, job), plans[k], cluster, gpus[k])
             for k, st in stages.items()}
+  signed = {k: _signature(x) for k, x in inputs.items()}
   groups: dict[tuple, list[int]] = {}
   for k in stages:
-    groups.setdefault(_signature(inputs[k])[0], []).append(k)
+    groups.setdefault(signed[k][0], []).append(k)
   out = {}
   for members in groups.values():
     stage = stages[members[0]]
-    model, layout, device, ctx = _select(which, members, inputs)
+    model, layout, device, ctx = _select(which, members, inputs, signed)
     cost = STAGE_FUNCTIONS[stage.kind](model, layout, device, _stage_job(stage, job), eff, tau,
                                        ctx)
     out.update(dict.fromkeys(members, cost))

@@ -81,8 +81,8 @@ def estimate_shared(job: RLJob, plans, which, cluster: Cluster,
 
   Returns:
     One :class:`Estimate` per plan; ``[which]`` is ``estimate(job, plans[which],
-    ...)``, the others use stage costs of another plan's inputs where they share
-    them (meaningless unless ``which`` is concrete and every plan stands alone).
+    ...)``. The others are costed partly on plan ``which``'s inputs (every stage
+    they share with it), so only ``[which]`` is to be read.
   """
   eff = efficiency if efficiency is not None else Efficiency()
   graphs, gpus = [], []
