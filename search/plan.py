@@ -50,7 +50,7 @@ _STARTS = flags.DEFINE_integer("starts", 64, "Random starts per family.")
 _DP_SEEDS = flags.DEFINE_boolean(
     "dp_seeds", True, "Start the discrete phase from the cut DP's candidates too "
     "(--nodp_seeds: the rounded relaxed solutions only).")
-_STEPS = flags.DEFINE_integer("steps", 200, "Relaxed optimisation steps.")
+_STEPS = flags.DEFINE_integer("steps", 100, "Relaxed optimisation steps.")
 _SEED = flags.DEFINE_integer("seed", 0, "Random seed.")
 _TOP_K = flags.DEFINE_integer("top_k", 5, "Plans to print.")
 _OUT = flags.DEFINE_string("out", None, "Write the best plan as JSON to this path.")

@@ -120,6 +120,40 @@ def test_shared_relaxed_loop_keeps_each_start_in_its_family(shared, spaces):
     np.testing.assert_allclose(out.step_time_s, own.step_time_s, rtol=0.05)
 
 
+def test_the_part_that_builds_the_loop_tells_on_traced_before_it_compiles(shared, spaces,
+                                                                          monkeypatch):
+  # Two parts; the first waits, so the second builds the program. on_traced
+  # (which starts the exact program's compilation) must come when the loop is
+  # traced, not when the second part's compilation ends.
+  events = []
+  build = trace_cache._build
+
+  def recorded_build(*args):
+    out = build(*args)
+    events.append("compiled")
+    return out
+
+  real_run = relax.run
+  calls, lock = [], threading.Lock()
+
+  def run_part(*args, **kwargs):
+    with lock:
+      calls.append(1)
+      first = len(calls) == 1
+    if first:
+      threading.Event().wait(1.0)
+    return real_run(*args, **kwargs)
+
+  monkeypatch.setattr(shared_lib, "cores", lambda: 2)
+  monkeypatch.setattr(trace_cache, "_build", recorded_build)
+  monkeypatch.setattr(relax, "run", run_part)
+  inits = [fs.init_relaxed(np.random.default_rng(k), 2) for k, fs in enumerate(spaces)]
+  # A schedule of its own: a program not yet built in this process.
+  cfg = relax.RelaxConfig(steps=2, learning_rate=0.123)
+  shared_lib.run(shared, cm.Efficiency(), inits, cfg, on_traced=lambda: events.append("traced"))
+  assert events == ["traced", "compiled"]
+
+
 def test_search_of_two_families_matches_each_familys_own(search_job, cluster_2x8,
                                                         compact_space, split_search):
   both = search.optimize(search_job, cluster_2x8, families=list(FAMILIES), starts=16,

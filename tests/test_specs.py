@@ -3,6 +3,8 @@
 import dataclasses
 import re
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -100,6 +102,21 @@ def test_rljob_defaults_follow_the_algorithm(grpo_job):
 
 
 # ----- ResponseLength -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mean,max_len,bins", [(2000.0, 8192.0, None), (900.0, 1000.0, 16),
+                                               (700.0, 700.0, 8)])
+def test_response_length_from_plain_numbers_matches_the_traced_formula(mean, max_len, bins):
+  # Plain numbers take NumPy, traced ones jax.numpy: the same knots.
+  plain = cm.ResponseLength.from_mean_max(mean, max_len, bins=bins)
+  k = plain.bins
+  traced = jax.jit(lambda m, x: cm.ResponseLength.from_mean_max(m, x, bins=k).knots)(
+      jnp.float32(mean), jnp.float32(max_len))
+  np.testing.assert_allclose(plain.knots, traced, rtol=2e-6)
+  # The mean is exact and the last knot is the maximum (hand-derived rules).
+  assert float(plain.mean) == pytest.approx(mean, rel=1e-5)
+  assert float(plain.max) == max_len and plain.knots.dtype == jnp.float32
+  assert k == (bins or max(16, int(np.ceil(2 * max_len / mean))))
 
 
 def test_response_length_mean_above_max():

@@ -8,6 +8,7 @@ compared, never traced); every other field is a leaf that ``jit``, ``vmap`` and
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 from typing import Any
 from typing import TypeVar
@@ -49,10 +50,21 @@ def _check_concrete(owner: str, values: dict[str, Any], holds, rule: str) -> Non
   """Raises ``{owner}: {name}={value} must {rule}`` unless every concrete value is
   finite and ``holds`` (an element-wise test on a float array)."""
   for name, v in values.items():
-    if is_concrete(v):
+    x = _number(v)
+    if x is not None:  # one number: tested as a float (plans are built by the thousand)
+      if not (math.isfinite(x) and holds(x)):
+        raise ValueError(f"{owner}: {name}={v!r} must {rule}")
+    elif is_concrete(v):
       arr = np.asarray(v, dtype=float)
       if not (np.all(np.isfinite(arr)) and np.all(holds(arr))):
         raise ValueError(f"{owner}: {name}={v!r} must {rule}")
+
+
+def _number(v: Any) -> float | None:
+  """``v`` as a float when it is one real number (Python or NumPy scalar), else None."""
+  if isinstance(v, (int, float, np.integer, np.floating)):
+    return float(v)
+  return None
 
 
 def check_positive(owner: str, **values: Any) -> None:
@@ -122,7 +134,12 @@ def check_one_of(owner: str, allowed: Any, /, **values: Any) -> None:
   prefix = f"{owner}: " if owner else ""
   if all(isinstance(a, numbers.Number) for a in allowed):
     for name, v in values.items():
-      if is_concrete(v) and not np.all(np.isin(np.asarray(v, dtype=float), allowed)):
+      x = _number(v)
+      if x is not None:
+        ok = x in allowed
+      else:
+        ok = not is_concrete(v) or np.all(np.isin(np.asarray(v, dtype=float), allowed))
+      if not ok:
         raise ValueError(f"{prefix}{name}={v!r} must be one of {allowed}")
     return
   for name, v in values.items():

@@ -70,7 +70,24 @@ def run(main) -> None:
       return main(argv)
     except (ValueError, OSError) as e:  # bad input, or a file that cannot be read or written
       fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
-  app.run(guarded, flags_parser=_parse_flags)
+  try:
+    app.run(guarded, flags_parser=_parse_flags)
+  except SystemExit as e:
+    _exit(e.code)
+
+
+def _exit(code) -> None:
+  """Ends the process with ``code`` once its output is flushed, without the
+  interpreter's teardown: freeing the compiled programs and traced graphs one
+  object at a time takes about 0.3 s after a search, and nothing is left to
+  write by then (files are closed as they are written)."""
+  if code is not None and not isinstance(code, int):
+    print(code, file=sys.stderr)
+    code = 1
+  py_logging.shutdown()
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(code or 0)
 
 
 # ----- checks before any work -------------------------------------------------------------

@@ -70,7 +70,7 @@ def _check_int(name: str, value, low: int) -> None:
 
 
 def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = 64,
-             steps: int = 200, seed: int = 0, top_k: int = 5,
+             steps: int = 100, seed: int = 0, top_k: int = 5,
              efficiency: cm.Efficiency | None = None, progress: bool = False,
              space: space_lib.SpaceOptions | None = None,
              relax_config: relax.RelaxConfig | None = None, framework: str = "any",

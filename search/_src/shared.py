@@ -28,6 +28,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import os
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -203,12 +204,19 @@ def _run_parts(shared, eff, x0, lo, hi, cfg, on_traced) -> relax.RelaxOutput:
   pad = lambda a: np.concatenate([a, np.repeat(a[-1:], n * size - len(a), 0)], 0)
   x0, lo, hi = pad(x0), pad(lo), pad(hi)
   cut = lambda a, i: a[i * size:(i + 1) * size]
-  # Every part takes the same path of the trace cache (an AOT program), so they share it.
-  notify = [on_traced or (lambda: None)] + [lambda: None] * (n - 1)
+  # Every part takes the same path of the trace cache (an AOT program), so they
+  # share it. Whichever part's thread builds it tells ``on_traced`` (once) as
+  # soon as it is traced; the others would only hear of it once it compiled.
+  told = threading.Lock()
+
+  def notify():
+    if on_traced is not None and told.acquire(blocking=False):
+      on_traced()
+
   with concurrent.futures.ThreadPoolExecutor(n) as pool:
     outs = list(pool.map(lambda i: relax.run(shared, shared.job, shared.cluster, eff,
                                              cut(x0, i), cut(lo, i), cut(hi, i), cfg,
-                                             on_traced=notify[i]), range(n)))
+                                             on_traced=notify), range(n)))
   cat = lambda field: np.concatenate([getattr(o, field) for o in outs], 0)
   return relax.RelaxOutput(x=cat("x"), values=cat("values"), step_time_s=cat("step_time_s"),
                            penalty=cat("penalty"),

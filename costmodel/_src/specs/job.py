@@ -75,19 +75,24 @@ class ResponseLength:
             f"ResponseLength: mean={mean} is below {lowest:g}, the smallest mean of "
             f"bins={bins} equal-mass bins whose last knot is max_len={max_len}; use "
             "more bins")
-    mean = jnp.asarray(mean, dtype=float)
-    max_len = jnp.asarray(max_len, dtype=float)
+    # Plain numbers are computed with NumPy (no small programs to compile at
+    # set-up), traced ones with jax.numpy: the same formula either way.
+    xp = np if pytree.is_concrete(mean) and pytree.is_concrete(max_len) else jnp
+    mean = xp.asarray(mean, dtype=np.float32)
+    max_len = xp.asarray(max_len, dtype=np.float32)
     if bins == 1:
       return cls(knots=jnp.reshape(max_len, (1,)))
-    u = jnp.arange(1, bins + 1, dtype=float) / bins
-    alpha = jnp.maximum(max_len / mean - 1.0, 0.0)
+    u = xp.arange(1, bins + 1, dtype=np.float32) / np.float32(bins)
+    alpha = xp.maximum(max_len / mean - np.float32(1.0), np.float32(0.0))
     raw = max_len * u ** alpha
     # Map the first K-1 knots affinely onto [1, ...] so the discrete mean is
     # exact, every knot is at least one token and the last stays at max_len.
-    rest = jnp.sum(raw[:-1])
-    scale = (bins * mean - max_len - (bins - 1)) / jnp.maximum(rest, 1e-9)
-    head = jnp.clip(1.0 + raw[:-1] * jnp.maximum(scale, 0.0), 1.0, max_len)
-    return cls(knots=jnp.concatenate([head, max_len[None]]))
+    rest = xp.sum(raw[:-1])
+    scale = (np.float32(bins) * mean - max_len - np.float32(bins - 1)) / xp.maximum(
+        rest, np.float32(1e-9))
+    head = xp.clip(np.float32(1.0) + raw[:-1] * xp.maximum(scale, np.float32(0.0)),
+                   np.float32(1.0), max_len)
+    return cls(knots=jnp.asarray(xp.concatenate([head, max_len[None]])))
 
   @classmethod
   def from_samples(cls, lengths, bins: int = 16) -> ResponseLength:
