@@ -288,3 +288,14 @@ def test_block_sweep_couples_a_colocated_role_with_the_engines_memory(search_job
   assert rounding._coupled(colocated, "actor") == colocated.index("engine.memory_fraction")
   assert rounding._coupled(colocated, "engine") is None
   assert rounding._coupled(split, "actor") is None  # the actor trains on its own pool
+
+
+def test_first_copies_keeps_the_first_of_each_distinct_row():
+  rng = np.random.default_rng(0)
+  values = rng.integers(0, 3, (5000, 6)).astype(np.float64)
+  _, first = np.unique(values, axis=0, return_index=True)
+  np.testing.assert_array_equal(result_lib.first_copies(values), np.sort(first))
+  # -0.0 and 0.0 are one value; an empty array has no rows.
+  np.testing.assert_array_equal(result_lib.first_copies(np.array([[0.0, 1.0], [-0.0, 1.0],
+                                                                 [2.0, 1.0]])), [0, 2])
+  assert result_lib.first_copies(np.zeros((0, 4))).size == 0

@@ -227,8 +227,7 @@ def local_search(ev: evaluate.Evaluator, seeds: Ranked, max_iters: int = 50) -> 
     cur_o = np.where(improved, best_o, cur_o)[keep]
     use_pairs = next_pairs[keep]
     if len(cur_v):
-      _, first = np.unique(cur_v, axis=0, return_index=True)
-      first = np.sort(first)
+      first = result_lib.first_copies(cur_v)
       cur_v, cur_o, use_pairs = cur_v[first], cur_o[first], use_pairs[first]
   return result_lib.rank(*visited)
 
