@@ -1,7 +1,7 @@
 """How the layout search's time falls with devices (the starts sharded).
 
 The relaxed search's batch of starts is laid out over a 1-D ``jax.sharding``
-mesh of every device (``search._src.relax.shard_starts``). This script runs
+mesh of every device (``search._src.sharding.shard_starts``). This script runs
 the default job's search (GRPO Qwen2.5-7B, 512 x 8 samples, 8 x 8 H100, the
 default 64 starts x 100 steps, on-policy, families ``colocated`` and ``split``)
 in a fresh process per device count, with that many XLA host (CPU) devices

@@ -2,10 +2,12 @@
 plans (100,000 of them, in chunks), and its gradient matches finite
 differences where the model is smooth."""
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import costmodel as cm
+from search._src import compile_cache
 from search._src import relax
 from search._src import space as space_lib
 
@@ -127,3 +129,25 @@ def test_both_gradients_descend_and_bad_settings_are_refused(fs):
     relax.run(fs, fs.job, fs.cluster, eff, x0, lo, hi, relax.RelaxConfig(gradient="forward"))
   with pytest.raises(ValueError, match="fd_step=0.0 must be > 0"):
     relax.run(fs, fs.job, fs.cluster, eff, x0, lo, hi, relax.RelaxConfig(fd_step=0.0))
+
+
+def test_a_short_loop_compiles_its_step_at_level_0_with_the_same_numbers(fs):
+  cfg = relax.RelaxConfig(steps=10)
+  points = lambda rows: rows * (2 * len(relax.trainable(fs)) + 1) * cfg.steps
+  rows = relax.SMALL_LOOP_POINTS // points(1)
+  small, small_opts = relax.step_program(fs, cfg, rows)
+  large, large_opts = relax.step_program(fs, cfg, rows + 1)
+  assert points(rows) <= relax.SMALL_LOOP_POINTS < points(rows + 1)
+  assert small_opts == compile_cache.FAST_COMPILE and large_opts == compile_cache.FORWARD
+  # The two programs are one step function: the same new points and step times.
+  x0, lo, hi = fs.init_relaxed(np.random.default_rng(3), 8)
+  state = relax.init(cfg, jnp.asarray(x0, jnp.float32))
+  inputs = relax.RelaxInputs(lo=jnp.asarray(lo, jnp.float32), hi=jnp.asarray(hi, jnp.float32))
+  args = (relax._Static(fs), cfg, fs.job, fs.cluster, cm.Efficiency(), inputs, state)
+  a, b = small(*args), large(*args)
+  for i in (3, 4, 5):  # step times, penalties, best: the same to float rounding
+    np.testing.assert_allclose(a[i], b[i], rtol=1e-5, atol=1e-7)
+  # Adam's first step is lr * sign(gradient): where a gradient is ~0 (a flat
+  # direction) rounding may flip it, elsewhere the new points are equal.
+  same = np.isclose(a[0].x, b[0].x, rtol=1e-4, atol=1e-5)
+  assert same.mean() > 0.95, same.mean()

@@ -18,13 +18,13 @@ _SCRIPT = textwrap.dedent("""
     import numpy as np
     import costmodel as cm
     import search
-    from search._src import relax
+    from search._src import relax, sharding
 
     job = cm.RLJob("grpo", cm.models.get("qwen2.5-1.5b"), prompts_per_step=128.0,
                    samples_per_prompt=8.0, prompt_len=512.0,
                    response=cm.ResponseLength.from_mean_max(1000.0, 4096.0))
     cluster = cm.Cluster(cm.hardware.get("H100"), gpus_per_node=8, nodes=2)
-    (x,) = relax.shard_starts(np.zeros((16, 3), np.float32))
+    (x,) = sharding.shard_starts(np.zeros((16, 3), np.float32))
     res = search.optimize(job, cluster, families=["split"], starts=16, steps=60, seed=0,
                           space=search.SpaceOptions.compact())
     print(json.dumps({"devices": jax.device_count(),
@@ -50,7 +50,7 @@ _SHARED = textwrap.dedent("""
                         relax.RelaxConfig(steps=30))
       return [o.step_time_s.tolist() for o in outs]
 """)
-_SCRIPT = _SCRIPT.replace("(x,) = relax.shard_starts", _SHARED + "(x,) = relax.shard_starts")
+_SCRIPT = _SCRIPT.replace("(x,) = sharding.shard_starts", _SHARED + "(x,) = sharding.shard_starts")
 
 
 def test_sharded_search_matches_single_device(search_job, cluster_2x8, compact_space):

@@ -19,7 +19,7 @@ The gradient is taken by central differences (``RelaxConfig.gradient =
 start and its ``2k`` neighbours along the ``k`` trainable variables, called once
 per step. With ``"reverse"`` it is ``jax.grad`` and the whole loop one
 ``jax.lax.scan`` inside ``jax.jit``. Starts are a leading batch axis (``vmap``),
-which can be sharded over devices (:func:`shard_starts`).
+which can be sharded over devices (:func:`search._src.sharding.shard_starts`).
 """
 
 from __future__ import annotations
@@ -29,14 +29,12 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec
 import numpy as np
 import optax
 
 import costmodel as cm
 from search._src import compile_cache
+from search._src import sharding
 from search._src import space as space_lib
 from search._src import trace_cache
 
@@ -278,16 +276,19 @@ def _run(static, cfg, job, cluster, eff, x0, lo, hi):
 
 # The reverse-mode loop compiles the gradient graph: large, run little, so at
 # optimisation level 0, as one scan. The central-difference step compiles only
-# the forward graph but runs it on 2k + 1 points per start, so at level 1, as
-# the exact evaluator, and as a program of one step that Python calls ``steps``
-# times (a scan of it doubled its compilation). On the default job's colocated
-# family (64 starts, 35 points each, 2 CPU cores, 2026-12-02): the step program
-# compiles in 2.9 s and 200 steps run in 1.5 s, where the reverse-mode scan
-# compiles in 10-12 s and runs in 0.3 s (the scan of the central step: 4.9 s and
-# 1.8 s; its forward program at level 0: 1.6 s to compile, 11 ms a step).
-@functools.partial(jax.jit, static_argnames=("static", "cfg"),
-                   compiler_options=compile_cache.FORWARD)
-def _central_step(static, cfg, job, cluster, eff, inputs, state):
+# the forward graph but runs it on 2k + 1 points per start, as a program of one
+# step that Python calls ``steps`` times (a scan of it doubled its compilation).
+# Level 1 halves a step's run time and triples its compilation: the default
+# job's step of both families (1 core, 2026-12-02) compiles in 4.8 s at level 1
+# and 1.7 s at level 0, and a step of 64 starts x 21 points runs in 11.6 ms and
+# 22.9 ms. So a loop of few point evaluations per device compiles at level 0
+# (the default job, 134,400 per core: its cold search 8.2 -> 7.6 s, its warm one
+# 1.7 -> 2.8 s), a longer one at level 1 (PPO 70B with three families, 374,400
+# per core: level 0 saved 0.5 s cold and cost 4.5 s warm).
+SMALL_LOOP_POINTS = 200_000
+
+
+def _central_step_of(static, cfg, job, cluster, eff, inputs, state):
   """One central-difference step: the new state, the point it evaluated, that
   point's step time, penalty and relaxed values, and the best nearly feasible
   step time among the starts."""
@@ -295,6 +296,19 @@ def _central_step(static, cfg, job, cluster, eff, inputs, state):
   new_state, (step, penalty) = update(fs_static, cfg, job, cluster, eff, inputs, state)
   return (new_state, state.x, jax.vmap(static.fs.relaxed_values)(state.x), step, penalty,
           _best(step, penalty, cfg, static.fs, state.x))
+
+
+_STEP_PROGRAMS = {
+    small: (jax.jit(_central_step_of, static_argnames=("static", "cfg"), compiler_options=opts),
+            opts)
+    for small, opts in ((True, compile_cache.FAST_COMPILE), (False, compile_cache.FORWARD))}
+
+
+def step_program(fs, cfg: RelaxConfig, rows_per_device: int):
+  """The jitted central step for ``rows_per_device`` starts a device, and its
+  XLA options (level 0 up to :data:`SMALL_LOOP_POINTS` point evaluations)."""
+  points = rows_per_device * (2 * len(trainable(fs)) + 1) * cfg.steps
+  return _STEP_PROGRAMS[points <= SMALL_LOOP_POINTS]
 
 
 @functools.partial(jax.jit, static_argnames=("static",))
@@ -324,26 +338,6 @@ def objective_and_grad(fs: space_lib.FamilySpace, eff: cm.Efficiency, x: np.ndar
   return tuple(np.asarray(a) for a in out)
 
 
-def shard_starts(*arrays: np.ndarray):
-  """Places arrays with a leading starts axis on a 1-D mesh of all devices.
-
-  With one device the arrays are returned as jax arrays unchanged. The starts
-  axis must be divisible by the device count (see :func:`pad_starts`).
-  """
-  devices = jax.devices()
-  if len(devices) == 1:
-    return tuple(jnp.asarray(a) for a in arrays)
-  mesh = Mesh(np.asarray(devices), ("starts",))
-  sharding = NamedSharding(mesh, PartitionSpec("starts"))
-  return tuple(jax.device_put(jnp.asarray(a), sharding) for a in arrays)
-
-
-def pad_starts(n: int) -> int:
-  """Starts rounded up to a multiple of the device count."""
-  d = jax.device_count()
-  return -(-n // d) * d
-
-
 def run(fs: space_lib.FamilySpace, job: cm.RLJob, cluster: cm.Cluster, eff: cm.Efficiency,
         x0: np.ndarray, lo: np.ndarray, hi: np.ndarray, cfg: RelaxConfig,
         on_traced=None) -> RelaxOutput:
@@ -356,7 +350,7 @@ def run(fs: space_lib.FamilySpace, job: cm.RLJob, cluster: cm.Cluster, eff: cm.E
   last start (which changes no result) and sharded over the devices.
   """
   s = x0.shape[0]
-  pad = pad_starts(s) - s
+  pad = sharding.pad_starts(s) - s
   if pad:
     rep = lambda a: np.concatenate([a, np.repeat(a[-1:], pad, 0)], 0)
     x0, lo, hi = rep(x0), rep(lo), rep(hi)
@@ -365,7 +359,7 @@ def run(fs: space_lib.FamilySpace, job: cm.RLJob, cluster: cm.Cluster, eff: cm.E
   if not cfg.fd_step > 0:
     raise ValueError(f"RelaxConfig: fd_step={cfg.fd_step!r} must be > 0")
   x0, lo, hi = (np.asarray(a, np.float32) for a in (x0, lo, hi))
-  x0s, los, his = shard_starts(x0, lo, hi)
+  x0s, los, his = sharding.shard_starts(x0, lo, hi)
   static = _Static(fs)
   if cfg.gradient == "reverse":
     out = trace_cache.call("relax_run", _run, (static, cfg), (static.key, cfg),
@@ -388,9 +382,9 @@ def _central_loop(static, cfg, job, cluster, eff, x0, lo, hi, on_traced):
     state = jax.device_put(state, jax.devices()[0])
   inputs = RelaxInputs(lo=lo, hi=hi)
   args = (job, cluster, eff, inputs, state)
-  step_fn = trace_cache.compiled("relax_central_step", _central_step, (static, cfg),
-                                 (static.key, cfg), args, compile_cache.FORWARD,
-                                 on_traced=on_traced)
+  program, options = step_program(static.fs, cfg, -(-x0.shape[0] // jax.device_count()))
+  step_fn = trace_cache.compiled("relax_central_step", program, (static, cfg),
+                                 (static.key, cfg), args, options, on_traced=on_traced)
   history = []
   for _ in range(cfg.steps):
     state, x, values, step, penalty, best = step_fn(job, cluster, eff, inputs, state)
