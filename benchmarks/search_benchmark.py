@@ -36,11 +36,12 @@ import jax
 import numpy as np
 
 from benchmarks import search_large
+from search._src import optimize as optimize_lib
 
 _OUT = flags.DEFINE_string("out", None, "Write the markdown report here.")
 _QUICK = flags.DEFINE_bool("quick", False, "A few quality problems, no headline jobs.")
 _SKIP_HEADLINE = flags.DEFINE_bool("skip_headline", False, "Skip the headline jobs.")
-_STARTS = flags.DEFINE_integer("starts", 64, "Search starts per family.")
+_STARTS = flags.DEFINE_integer("starts", optimize_lib.DEFAULT_STARTS, "Search starts per family.")
 _STEPS = flags.DEFINE_integer("steps", 100, "Relaxed steps.")
 
 # The quality problems: (model, algorithm, nodes of 8 GPUs) x job variants.

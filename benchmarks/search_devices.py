@@ -3,7 +3,7 @@
 The relaxed search's batch of starts is laid out over a 1-D ``jax.sharding``
 mesh of every device (``search._src.sharding.shard_starts``). This script runs
 the default job's search (GRPO Qwen2.5-7B, 512 x 8 samples, 8 x 8 H100, the
-default 64 starts x 100 steps, on-policy, families ``colocated`` and ``split``)
+default starts (16) x 100 steps, on-policy, families ``colocated`` and ``split``)
 in a fresh process per device count, with that many XLA host (CPU) devices
 (``--xla_force_host_platform_device_count``), and prints a markdown table of
 the first (compiling) and the second (warm) search's wall time. On a CPU the
@@ -26,9 +26,10 @@ import textwrap
 
 from absl import app
 from absl import flags
+from search._src import optimize as optimize_lib
 
 _DEVICES = flags.DEFINE_list("devices", ["1", "2", "4"], "Device counts to run.")
-_STARTS = flags.DEFINE_integer("starts", 64, "Search starts per family.")
+_STARTS = flags.DEFINE_integer("starts", optimize_lib.DEFAULT_STARTS, "Search starts per family.")
 _STEPS = flags.DEFINE_integer("steps", 100, "Relaxed steps.")
 
 _CHILD = textwrap.dedent("""

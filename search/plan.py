@@ -28,6 +28,7 @@ from search import beyond_flags
 from search._src import cli
 from search._src import framework_settings
 from search._src import html_report
+from search._src import optimize as optimize_lib
 from search._src import report
 
 _MODEL = flags.DEFINE_string("model", "qwen2.5-7b", "Model preset (costmodel.models.names()).")
@@ -46,7 +47,7 @@ _PROMPTS = flags.DEFINE_float("prompts", 512, "Prompts per step.")
 _SAMPLES = flags.DEFINE_float("samples", 8, "Samples per prompt.")
 _FAMILIES = flags.DEFINE_list("families", None,
                               f"Families to search ({', '.join(search.FAMILIES)}).")
-_STARTS = flags.DEFINE_integer("starts", 64, "Random starts per family.")
+_STARTS = flags.DEFINE_integer("starts", optimize_lib.DEFAULT_STARTS, "Random starts per family.")
 _DP_SEEDS = flags.DEFINE_boolean(
     "dp_seeds", True, "Start the discrete phase from the cut DP's candidates too "
     "(--nodp_seeds: the rounded relaxed solutions only).")

@@ -299,3 +299,21 @@ def test_first_copies_keeps_the_first_of_each_distinct_row():
   np.testing.assert_array_equal(result_lib.first_copies(np.array([[0.0, 1.0], [-0.0, 1.0],
                                                                  [2.0, 1.0]])), [0, 2])
   assert result_lib.first_copies(np.zeros((0, 4))).size == 0
+
+
+def test_layout_columns_determine_the_layout_key(search_job, cluster_2x8, compact_space):
+  for family in ("colocated", FAMILY):
+    fs = space_lib.build(family, search_job, cluster_2x8, compact_space)
+    columns = result_lib.layout_columns(fs.names)
+    names = [fs.names[j] for j in columns]
+    assert "engine.tp" in names and "actor.pp" in names
+    assert not {"engine.max_seqs", "engine.memory_fraction", "actor.mb_train"} & set(names)
+    x0 = fs.init_relaxed(np.random.default_rng(5), 16)[0]
+    rows = rounding.candidates(fs, np.asarray(jax.vmap(fs.relaxed_values)(x0)),
+                               np.random.default_rng(5), corners=8)
+    keys = {}
+    for row in rows:
+      key = result_lib.layout_key(fs.to_plan(np.asarray(row, np.float64)), family)
+      keys.setdefault(row[columns].tobytes(), set()).add(key)
+    assert len(keys) > 1
+    assert all(len(k) == 1 for k in keys.values())  # one layout key per layout columns

@@ -179,6 +179,15 @@ def _degrees(p: cm.Parallel | None) -> tuple:
   return tuple(float(getattr(p, d)) for d in ("tp", "pp", "cp", "ep"))
 
 
+def layout_columns(names: tuple[str, ...]) -> np.ndarray:
+  """Columns of a value vector that :func:`layout_key` depends on: the pool
+  sizes and every degree (``*.tp``, ``*.pp``, ``*.cp``, ``*.ep``); rows equal in
+  them have equal layout keys."""
+  return np.asarray([j for j, n in enumerate(names)
+                     if n.startswith("pool.") or n.endswith((".tp", ".pp", ".cp", ".ep"))],
+                    dtype=np.int64)
+
+
 def layout_key(plan: cm.Plan, family: str) -> tuple:
   """What tells two plans apart beyond tuning knobs: the family, the pool
   sizes and every parallel degree (roles' tp, pp, cp, ep; the engine's tp, pp,
