@@ -209,6 +209,28 @@ def test_block_sweep_finds_the_best_of_each_block(search_job, cluster_2x8, compa
     rounding.block_sweep(ev, one, plans=0)
 
 
+@pytest.mark.parametrize("family", ["colocated", "split3"])
+def test_a_block_of_a_valid_row_is_valid_by_its_own_rules(family, ppo_job, cluster_2x8):
+  # What the block sweep relies on (its masks of a block's grid per pool split):
+  # replacing one role or engine block of a valid row, the row stays valid
+  # exactly when the block's own rules hold.
+  fs = space_lib.build(family, ppo_job, cluster_2x8, search.SpaceOptions(max_pp=2))
+  rows = baselines_sample(fs, 6)
+  assert fs.valid(rows).all()
+  checked = 0
+  for block, idx in fs.blocks:
+    if block == "pools":
+      continue
+    grid = fs.option_grid(list(idx), 4096, np.random.default_rng(1))
+    for row in rows:
+      cand = np.tile(row, (len(grid), 1))
+      cand[:, list(idx)] = grid
+      own = fs.valid(cand, blocks=(block,))
+      np.testing.assert_array_equal(own, fs.valid(cand), err_msg=block)
+      checked += int(own.sum()) * int((~own).sum()) > 0  # both outcomes occur
+  assert checked >= len(rows)
+
+
 def test_option_and_pool_grids_by_hand(search_job, cluster_2x8, compact_space):
   fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)
   idx = list(dict(fs.blocks)["engine"])

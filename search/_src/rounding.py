@@ -314,16 +314,31 @@ def block_sweep(ev: evaluate.Evaluator, ranked: Ranked, plans: int = 2, rounds: 
     # Another search's best pool splits (the cut DP's), those not picked already.
     extra = result_lib.rank(extra)
     start = np.concatenate([start, extra.values[_new_splits(extra.values, pools, seen, plans)]])
+  # A valid row stays valid when one of its role or engine blocks is replaced by
+  # a combination valid for that block on the row's pool sizes
+  # (:attr:`FamilySpace.blocks`): the mask of a block's grid is computed once
+  # per pool split.
+  masks: dict = {}
+
+  def valid_grid(block, idx, grid, cur, cur_valid):
+    cand = np.tile(cur, (len(grid), 1))
+    cand[:, idx] = grid
+    if block == "pools" or not cur_valid:
+      return cand[fs.valid(cand)]
+    key = (block, cur[pools].tobytes())
+    if key not in masks:
+      masks[key] = fs.valid(cand, blocks=(block,))
+    return cand[masks[key]]
+
   for row in start:
     cur = np.asarray(row, np.float64)
     s = ev.scores(cur[None])
     cur_o = float(result_lib.objective(s.step_time_s, s.feasible, s.excess)[0])
+    cur_valid = bool(fs.valid(cur[None])[0])
     for _ in range(rounds):
       improved = False
       for block, (idx, grid) in grids.items():
-        cand = np.tile(cur, (len(grid), 1))
-        cand[:, idx] = grid
-        cand = cand[fs.valid(cand)]
+        cand = valid_grid(block, idx, grid, cur, cur_valid)
         if not len(cand):
           continue
         s = ev.scores(cand)
@@ -334,7 +349,7 @@ def block_sweep(ev: evaluate.Evaluator, ranked: Ranked, plans: int = 2, rounds: 
           opts = fs.vars[col].options
           more = np.repeat(cand[fastest], len(opts), 0)
           more[:, col] = np.tile(opts, len(fastest))
-          more = more[fs.valid(more)]
+          more = more[fs.valid(more, blocks=("engine",))]  # the rest is valid
           if len(more):
             s2 = ev.scores(more)
             cand = np.concatenate([cand, more], 0)
@@ -343,7 +358,7 @@ def block_sweep(ev: evaluate.Evaluator, ranked: Ranked, plans: int = 2, rounds: 
         o = result_lib.objective(s.step_time_s, s.feasible, s.excess)
         k = int(np.argmin(o))
         if o[k] < cur_o * (1 - 1e-6):
-          cur, cur_o, improved = cand[k], float(o[k]), True
+          cur, cur_o, improved, cur_valid = cand[k], float(o[k]), True, True
       if not improved:
         break
   return result_lib.rank(*visited)
