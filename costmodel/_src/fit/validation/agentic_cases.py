@@ -138,10 +138,11 @@ _MEANS: dict[tuple[int, str], float] = {}
 
 def inferred_mean(turns: int = TURNS, key: str = ANCHOR_KEY) -> float:
   """Mean tokens per turn at which run ``key``'s ``update_actor`` matches
-  (bisection, cached per turn count and run)."""
+  (:func:`~costmodel._src.fit.validation.rl_cases.infer_mean_response`, cached
+  per turn count and run)."""
   if (turns, key) not in _MEANS:
     _MEANS[turns, key] = rl_cases.infer_mean_response(
-        lambda m: runs(m, turns), key, ANCHOR_STAGE, lo=50.0, hi=4000.0, iters=16)
+        lambda m: runs(m, turns), key, ANCHOR_STAGE, guess=300.0)
   return _MEANS[turns, key]
 
 
