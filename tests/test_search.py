@@ -213,22 +213,23 @@ def test_block_sweep_finds_the_best_of_each_block(search_job, cluster_2x8, compa
 def test_a_block_of_a_valid_row_is_valid_by_its_own_rules(family, ppo_job, cluster_2x8):
   # What the block sweep relies on (its masks of a block's grid per pool split):
   # replacing one role or engine block of a valid row, the row stays valid
-  # exactly when the block's own rules hold.
+  # exactly when the block's own rules hold; a grid of pool sizes, when each
+  # block's rules hold on the pool sizes it reads.
   fs = space_lib.build(family, ppo_job, cluster_2x8, search.SpaceOptions(max_pp=2))
   rows = baselines_sample(fs, 6)
   assert fs.valid(rows).all()
   checked = 0
   for block, idx in fs.blocks:
-    if block == "pools":
-      continue
-    grid = fs.option_grid(list(idx), 4096, np.random.default_rng(1))
+    grid = (fs.pool_grid() if block == "pools"
+            else fs.option_grid(list(idx), 4096, np.random.default_rng(1)))
     for row in rows:
       cand = np.tile(row, (len(grid), 1))
       cand[:, list(idx)] = grid
-      own = fs.valid(cand, blocks=(block,))
+      own = fs.valid_replacing(row, idx, grid)
       np.testing.assert_array_equal(own, fs.valid(cand), err_msg=block)
       checked += int(own.sum()) * int((~own).sum()) > 0  # both outcomes occur
   assert checked >= len(rows)
+  assert fs.block_pools("engine") == (fs.index(f"pool.{fs.rollout_pool}"),)
 
 
 def test_option_and_pool_grids_by_hand(search_job, cluster_2x8, compact_space):

@@ -3,13 +3,14 @@
 One jitted, vmapped function per family structure evaluates a fixed-size chunk
 of value vectors with the exact model (``tau = 0``); larger batches are cut
 into chunks (the last one padded) so memory stays bounded and nothing
-recompiles. The job, cluster and efficiency parameters are arguments, so jobs
+recompiles; the chunks of a batch run in one thread per core. The job, cluster and efficiency parameters are arguments, so jobs
 that differ only in numbers (lengths, batch sizes, hardware figures) share the
 compiled code.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 from typing import NamedTuple
 
@@ -112,20 +113,25 @@ class Evaluator:
     self.full = full
     self.count = 0
     self._stage_names = None
+    self._compiled = None
 
   def _run_full(self, part: np.ndarray):
     if self.shared is not None:
-      out = trace_cache.call("shared_estimates", shared_lib.estimates, (self.shared,),
-                             self.shared.structure,
-                             (self.fs.job, self.fs.cluster, self.eff,
-                              jnp.asarray(self.shared.widen(self._family, part))),
-                             compile_cache.FORWARD)
-      return out[self._family]
-    structure = self.fs.structure
-    est, excess = trace_cache.call("exact_estimates", _estimates, (structure,), structure,
-                                   (self.fs.job, self.fs.cluster, self.eff, jnp.asarray(part)),
-                                   compile_cache.FORWARD)
-    return est, excess
+      args = (self.fs.job, self.fs.cluster, self.eff,
+              jnp.asarray(self.shared.widen(self._family, part)))
+      return self._program("shared_estimates", shared_lib.estimates, self.shared, args)(
+          *args)[self._family]
+    args = (self.fs.job, self.fs.cluster, self.eff, jnp.asarray(part))
+    return self._program("exact_estimates", _estimates, self.fs.structure, args)(*args)
+
+  def _program(self, name, jitted, static, args):
+    """The exact program (:func:`search._src.trace_cache.compiled`), looked up
+    once: every call has the shape of one chunk."""
+    if self._compiled is None:
+      key = self.shared.structure if self.shared is not None else static
+      self._compiled = trace_cache.compiled(name, jitted, (static,), key, args,
+                                            compile_cache.FORWARD)
+    return self._compiled
 
   def _run_lean(self, part: np.ndarray):
     fs = self.fs
@@ -193,10 +199,12 @@ class Evaluator:
     """``pick(chunk)`` (arrays, or pytrees of them, with a leading axis of the
     chunk) over every chunk of ``values``, the padding dropped, concatenated;
     counts the rows."""
-    parts = []
-    for start in range(0, values.shape[0], self.chunk):
+    def one(start):
       part, m = _chunk(values, start, self.chunk)
-      parts.append(jax.tree_util.tree_map(lambda a, m=m: np.asarray(a)[:m], pick(part)))
+      return jax.tree_util.tree_map(lambda a: np.asarray(a)[:m], pick(part))
+
+    starts = range(0, values.shape[0], self.chunk)
+    parts = list(_pool().map(one, starts) if len(starts) > 1 else map(one, starts))
     self.count += values.shape[0]
     return jax.tree_util.tree_map(lambda *a: np.concatenate(a), *parts)
 
@@ -216,6 +224,16 @@ class Evaluator:
         out.append(jax.tree_util.tree_map(lambda a, i=i: a[i], est))
     self.count += values.shape[0]
     return out
+
+
+@functools.cache
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+  """One thread per core for the chunks of a batch: XLA runs a program on one
+  core, so chunks scored side by side use every core (a search's families,
+  scored in threads of their own, finish at different times; the last one's
+  batches then use the cores the others left)."""
+  return concurrent.futures.ThreadPoolExecutor(shared_lib.cores(),
+                                               thread_name_prefix="rlcost-chunks")
 
 
 def _finish(t, f, x) -> Scores:

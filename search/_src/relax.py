@@ -288,8 +288,12 @@ def _run(static, cfg, job, cluster, eff, x0, lo, hi):
 # 22.9 ms. So a loop of few point evaluations per device compiles at level 0
 # (the default job, 134,400 per core: its cold search 8.2 -> 7.6 s, its warm one
 # 1.7 -> 2.8 s), a longer one at level 1 (PPO 70B with three families, 374,400
-# per core: level 0 saved 0.5 s cold and cost 4.5 s warm).
-SMALL_LOOP_POINTS = 200_000
+# per core: level 0 saved 0.5 s cold and cost 4.5 s warm). With 16 starts
+# (2026-12-03, 2 cores) the default job has 33,600 points a core (level 0: cold
+# 13.3 s, warm 2.2 s; level 1: 14.4 s and 1.6 s) and PPO 70B 93,600 (level 0:
+# cold 45.7 s, warm 20.7 s; level 1: 48.1 s and 17.4 s): level 0 earns its warm
+# cost back below about 50,000 points.
+SMALL_LOOP_POINTS = 50_000
 
 
 def _central_step_of(static, cfg, job, cluster, eff, inputs, state):

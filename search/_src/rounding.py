@@ -314,20 +314,21 @@ def block_sweep(ev: evaluate.Evaluator, ranked: Ranked, plans: int = 2, rounds: 
     # Another search's best pool splits (the cut DP's), those not picked already.
     extra = result_lib.rank(extra)
     start = np.concatenate([start, extra.values[_new_splits(extra.values, pools, seen, plans)]])
-  # A valid row stays valid when one of its role or engine blocks is replaced by
-  # a combination valid for that block on the row's pool sizes
-  # (:attr:`FamilySpace.blocks`): the mask of a block's grid is computed once
-  # per pool split.
+  # The valid rows of a block's grid in a valid plan
+  # (:meth:`FamilySpace.valid_replacing`); a role's or the engine's mask depends
+  # only on the plan's pool sizes, so it is computed once per pool split.
   masks: dict = {}
 
   def valid_grid(block, idx, grid, cur, cur_valid):
     cand = np.tile(cur, (len(grid), 1))
     cand[:, idx] = grid
-    if block == "pools" or not cur_valid:
+    if not cur_valid:
       return cand[fs.valid(cand)]
+    if block == "pools":
+      return cand[fs.valid_replacing(cur, idx, grid)]
     key = (block, cur[pools].tobytes())
     if key not in masks:
-      masks[key] = fs.valid(cand, blocks=(block,))
+      masks[key] = fs.valid_replacing(cur, idx, grid)
     return cand[masks[key]]
 
   for row in start:

@@ -70,6 +70,44 @@ class FamilyValidity:
       h = merged[h]
     return h
 
+  def block_pools(self, block: str) -> tuple[int, ...]:
+    """Columns of the pool sizes that the rules of ``block`` read: every pool
+    for ``pools``, the rollout pool for the engine, a role's own pool."""
+    if block == "pools":
+      return tuple(self.index(f"pool.{p}") for p in self.structure.pools)
+    if block == "engine":
+      return (self.index(f"pool.{self.rollout_pool}"),)
+    roles = [r for r in _LAYOUT_ROLES if r in self.structure.roles and self.block_of(r) == block]
+    return tuple(sorted({self.index(f"pool.{self.structure.placement.pool_of(r)}")
+                         for r in roles}))
+
+  def valid_replacing(self, row: np.ndarray, idx, grid: np.ndarray) -> np.ndarray:
+    """:meth:`valid` of copies of the valid ``row`` [V] whose block columns
+    ``idx`` (one block of :attr:`blocks`) take each row of ``grid`` [N, len(idx)].
+
+    A role's or the engine's block is checked by its own rules only (the rest
+    of the row is valid and does not change). A grid of pool sizes is checked
+    by the pools' rules on every row and by each other block's rules once per
+    distinct size of the pools that block reads (a three-pool grid of 100,000
+    rows has a few hundred sizes per pool).
+    """
+    idx = list(idx)
+    block = self.block_of(self.names[idx[0]])
+    cand = np.tile(np.asarray(row, np.float64), (len(grid), 1))
+    cand[:, idx] = grid
+    ok = self.valid(cand, blocks=(block,))
+    if block != "pools":
+      return ok
+    for other, _ in self.blocks:
+      cols = list(self.block_pools(other)) if other != "pools" else []
+      if not cols:
+        continue
+      keys, inv = np.unique(cand[:, cols], axis=0, return_inverse=True)
+      rows = np.tile(cand[0], (len(keys), 1))
+      rows[:, cols] = keys
+      ok &= self.valid(rows, blocks=(other,))[inv.ravel()]
+    return ok
+
   def valid(self, values: np.ndarray, blocks=None) -> np.ndarray:
     """Which value vectors give a plan that runs (and is not a duplicate).
 
