@@ -240,8 +240,8 @@ class _Static:
 # tau stays positive), so the smooth operations trace only their surrogates:
 # no exact branch whose gradient the select would discard, half the graph to
 # compile. ``update`` still zeroes non-finite gradient entries as a guard, and
-# :func:`objective_and_grad` (default optimisation) shows the gradient itself
-# is finite.
+# :func:`objective_and_grad` (the same options) shows the gradient itself is
+# finite.
 _FAST_COMPILE = compile_cache.FAST_COMPILE
 
 
@@ -319,7 +319,7 @@ def step_program(fs, cfg: RelaxConfig, rows_per_device: int):
   return _STEP_PROGRAMS[points <= SMALL_LOOP_POINTS]
 
 
-@functools.partial(jax.jit, static_argnames=("static",))
+@functools.partial(jax.jit, static_argnames=("static",), compiler_options=_FAST_COMPILE)
 def _value_and_grad(static, job, cluster, eff, x, tau, weight):
   fs_static = (static.fs.structure, static.fs)
   f = lambda xx, t: _objective(fs_static, job, cluster, eff, xx, t, weight)
