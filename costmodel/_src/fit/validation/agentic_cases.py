@@ -138,7 +138,7 @@ _MEANS: dict[tuple[int, str], float] = {}
 
 def inferred_mean(turns: int = TURNS, key: str = ANCHOR_KEY) -> float:
   """Mean tokens per turn at which run ``key``'s ``update_actor`` matches
-  (:func:`~costmodel._src.fit.validation.rl_cases.infer_mean_response`, cached
+  (:func:`~costmodel._src.fit.validation.anchors.infer_mean_response`, cached
   per turn count and run)."""
   if (turns, key) not in _MEANS:
     _MEANS[turns, key] = rl_cases.infer_mean_response(
