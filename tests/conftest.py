@@ -1,11 +1,14 @@
 """Shared fixtures and helpers of the test suite.
 
-Nothing here changes global JAX settings: tests that need float64 use the
-``x64`` fixture (or ``jax.enable_x64(True)`` as a context manager), which
+The only global JAX setting changed here is the persistent compilation cache
+(a session directory, see ``_jax_cache_in_tmp``). Tests that need float64 use
+the ``x64`` fixture (or ``jax.enable_x64(True)`` as a context manager), which
 restores the previous setting when the test ends.
 """
 
 from __future__ import annotations
+
+import os
 
 import jax
 import jax.numpy as jnp
@@ -81,12 +84,26 @@ def x64():
 
 @pytest.fixture(scope="session", autouse=True)
 def _jax_cache_in_tmp(tmp_path_factory):
-  """Searches keep their persistent compilation cache in a temporary directory
-  (``RLCOST_JAX_CACHE``; subprocesses inherit it)."""
+  """One persistent compilation cache for the session, in a temporary
+  directory that the pytest-xdist workers share (``RLCOST_JAX_CACHE``, which
+  searches and subprocesses read, and JAX's own setting, which every other
+  compiled program reads): a program one test compiled, in any worker, loads
+  in the next that builds it. It changes compile time, never results."""
+  base = tmp_path_factory.getbasetemp()
+  path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "jax_cache"
+  path.mkdir(exist_ok=True)
   mp = pytest.MonkeyPatch()
-  mp.setenv("RLCOST_JAX_CACHE", str(tmp_path_factory.mktemp("jax_cache")))
+  mp.setenv("RLCOST_JAX_CACHE", str(path))
+  saved = {k: getattr(jax.config, k) for k in _CACHE_SETTINGS}
+  jax.config.update("jax_compilation_cache_dir", str(path))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
   yield
+  for k, v in saved.items():
+    jax.config.update(k, v)
   mp.undo()
+
+
+_CACHE_SETTINGS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
 
 
 @pytest.fixture(scope="session")

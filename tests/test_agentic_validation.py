@@ -15,6 +15,10 @@ import costmodel as cm
 from costmodel import validation
 from costmodel._src.fit.validation import agentic_cases
 
+# The RL cases infer their missing mean lengths once per process (about 30 s):
+# every test that loads them runs on one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("validation")
+
 
 @pytest.fixture(scope="module")
 def rows():

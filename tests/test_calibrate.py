@@ -296,6 +296,9 @@ def test_calibrate_bad_options(kwargs, match):
     cm.calibrate(_linear_cases(), fields=_TWO, steps=2, **kwargs)
 
 
+# It loads the RL cases, which infer their missing mean lengths once per
+# process: on the worker of the other tests that load them.
+@pytest.mark.xdist_group("validation")
 def test_calibration_with_moe_fp8_and_deepseek_rows_stays_finite():
   # The DeepSeek-V3 run on 96 H20 (rl:18) has a jitted float32 gradient with
   # NaN and inf in most default fields; the fit runs in float64, where it is

@@ -92,12 +92,15 @@ def test_central_differences_of_the_search_match_the_reverse_gradient(fs):
   assert cols and fs.index("engine.tp") in cols
   assert all(fs.vars[j].kind != space_lib.CAT and len(fs.vars[j].options) > 1 for j in cols)
   h = relax.RelaxConfig().fd_step
+  # One program for both temperatures, compiled as the search's loop is.
+  differences = jax.jit(
+      lambda v, tau: relax.central_differences(
+          lambda row: relax._objective((fs.structure, fs), fs.job, fs.cluster, eff, row, tau,
+                                       10.0), v, cols, h),
+      compiler_options=compile_cache.FAST_COMPILE)
   for tau in (0.3, 0.02):
     obj, step, penalty, grad = relax.objective_and_grad(fs, eff, x, np.full(32, tau), 10.0)
-    f = lambda row, tau=tau: relax._objective((fs.structure, fs), fs.job, fs.cluster, eff, row,
-                                              jnp.float32(tau), 10.0)
-    loss, (fstep, fpen), fd = jax.jit(
-        lambda v, f=f: relax.central_differences(f, v, cols, h))(jnp.asarray(x, jnp.float32))
+    loss, (fstep, fpen), fd = differences(jnp.asarray(x, jnp.float32), jnp.float32(tau))
     np.testing.assert_allclose(np.asarray(loss), obj, rtol=1e-5)
     np.testing.assert_allclose(np.asarray(fstep), step, rtol=1e-5)
     fd = np.asarray(fd)

@@ -20,6 +20,7 @@ import pytest
 
 import costmodel as cm
 import search
+from search._src import compile_cache
 from search._src import mixed
 from search._src import sizing_relax
 from search._src import sizing_search
@@ -135,12 +136,13 @@ def test_objective_gradient_is_finite_and_matches_finite_differences():
   x0, _, _ = fs.init_relaxed(np.random.default_rng(1), 1)
   eff = cm.Efficiency()
 
-  @jax.jit
-  def f(x):
+  def objective(x):
     return fs.relaxed_objective(problem, fs.base.cluster, eff, x, 0.1, 10.0)[0]
 
+  # Compiled as the search's loop is (the options that compile fast).
+  f = jax.jit(objective, compiler_options=compile_cache.FAST_COMPILE)
   x = jnp.asarray(x0[0], jnp.float32)
-  g = np.asarray(jax.grad(f)(x))
+  g = np.asarray(jax.jit(jax.grad(objective), compiler_options=compile_cache.FAST_COMPILE)(x))
   assert np.all(np.isfinite(g))
   for name in ("pool.gen", "type.gen.H20", "type.train.H800"):
     j = [v.name for v in fs.vars].index(name)

@@ -25,6 +25,10 @@ import pytest
 import costmodel as cm
 from costmodel import validation
 
+# The RL cases infer their missing mean lengths once per process (about 30 s):
+# every test that loads them runs on one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("validation")
+
 KORTHIKANTI = {f"training_inference:{i}" for i in range(21, 29)}
 MEGATRON = {f"training_inference:{i}" for i in range(1, 11)}
 ACTIVATIONS = {f"training_inference:{i}" for i in range(30, 34)}

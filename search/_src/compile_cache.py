@@ -22,6 +22,8 @@ import time
 import jax
 from jax import monitoring
 
+from costmodel._src import xla_options
+
 ENV = "RLCOST_JAX_CACHE"
 _OFF = ("", "0", "off", "none", "false")
 
@@ -58,27 +60,10 @@ def enable(path: str | bool | None = None) -> str | None:
   return path
 
 
-# XLA options of the search's compiled programs that run little (the relaxed
-# loop, the few full estimates of a search). The cost model is a large graph
-# of scalar arithmetic (some 12,000 operations with its gradient) run on small
-# batches, so compilation, not execution, dominates a cold search.
-# ``xla_cpu_use_fusion_emitters=False`` compiles each fusion with XLA's classic
-# elemental emitter instead of the MLIR fusion emitters, and backend
-# optimisation level 0 skips LLVM's optimisation: the classic emitters halve
-# the relaxed loop's compilation (already at level 0 before), both together
-# cut the exact evaluator's about 7x on 2 CPU cores (2026-12-01), for slower
-# execution (the exact scorer of enumerations, 16,384-row chunks, keeps the
-# defaults: there the classic emitters halve the throughput). Results agree to
-# float32 rounding (1-2e-7 relative in a step time). Other backends ignore the
-# CPU option.
-FAST_COMPILE = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0}
-
-# XLA options of the forward programs a search runs many times (the exact
-# evaluator, the relaxed step by central differences): the classic emitters at
-# backend optimisation level 1, about half the compile time of XLA's defaults
-# and 2-2.5x the throughput of level 0 (measured values in
-# :mod:`search._src.evaluate` and :mod:`search._src.relax`).
-FORWARD = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1}
+# XLA options of the search's programs (defined with the cost model's, which
+# its calibration and anchor inference use too).
+FAST_COMPILE = xla_options.FAST_COMPILE
+FORWARD = xla_options.FORWARD
 
 _EVENTS = ("/jax/core/compile/",)
 _lock = threading.Lock()

@@ -26,10 +26,13 @@ import jax
 import numpy as np
 
 import costmodel as cm
+from search._src import compile_cache
 from search._src import sizing
 from search._src.result import SearchResult
 
-_ESTIMATE = jax.jit(cm.estimate)
+# Each ladder plan is estimated once or twice, one compilation per plan
+# structure (pools' GPU types, mode, engine): the options that compile fast.
+_ESTIMATE = jax.jit(cm.estimate, compiler_options=compile_cache.FAST_COMPILE)
 ENGINE_TPS = (1, 2, 4, 8)
 MODES = (cm.Mode(), cm.Mode(staleness=1))
 

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from costmodel._src import xla_options
 from costmodel._src.fit.validation.cases import Case
 from costmodel._src.ops.efficiency import Efficiency
 
@@ -104,8 +105,11 @@ class Objective:
       err = jnp.log(jnp.maximum(preds, _MIN_PREDICTION)) - log_meas[np.asarray(idx)]
       return jnp.sum(w * robust_loss(err, delta)), err
 
+    # A fit runs each program some tens of times on a few parameter sets:
+    # compilation dominates, so the options that compile fast.
     self.fns = [jax.jit(jax.vmap(jax.value_and_grad(
-        lambda z, w, d, idx=tuple(int(i) for i in idx): row_loss(z, w, d, idx), has_aux=True)))
+        lambda z, w, d, idx=tuple(int(i) for i in idx): row_loss(z, w, d, idx), has_aux=True)),
+                        compiler_options=xla_options.FAST_COMPILE)
                 for idx in self.index]
 
   def make(self, z) -> Efficiency:
