@@ -9,6 +9,7 @@ from costmodel import hardware
 from costmodel import models
 from costmodel import plot
 from costmodel import validation
+from costmodel._src import xla_options
 from costmodel._src.fit.calibrate import CalibrationResult
 from costmodel._src.fit.calibrate import calibrate
 from costmodel._src.fit.calibrate import split_cases
@@ -117,4 +118,5 @@ __all__ = (
     "validate_plan",
     "validation",
     "verl_log_cases",
+    "xla_options",
 )

@@ -22,7 +22,7 @@ import time
 import jax
 from jax import monitoring
 
-from costmodel._src import xla_options
+import costmodel as cm
 
 ENV = "RLCOST_JAX_CACHE"
 _OFF = ("", "0", "off", "none", "false")
@@ -62,8 +62,8 @@ def enable(path: str | bool | None = None) -> str | None:
 
 # XLA options of the search's programs (defined with the cost model's, which
 # its calibration and anchor inference use too).
-FAST_COMPILE = xla_options.FAST_COMPILE
-FORWARD = xla_options.FORWARD
+FAST_COMPILE = cm.xla_options.FAST_COMPILE
+FORWARD = cm.xla_options.FORWARD
 
 _EVENTS = ("/jax/core/compile/",)
 _lock = threading.Lock()
