@@ -14,6 +14,7 @@ import costmodel as cm
 import search
 from costmodel._src.stages import registry
 from search._src import evaluate
+from search._src import family_search
 from search._src import frameworks as fw_lib
 from search._src import relax
 from search._src import shared as shared_lib
@@ -164,6 +165,33 @@ def test_search_of_two_families_matches_each_familys_own(search_job, cluster_2x8
   assert np.isclose(both.best_by_family_s["split"], split_search.best_by_family_s["split"],
                     rtol=0.02)
   assert both.best_estimate.step_time_s <= split_search.best_estimate.step_time_s * 1.02
+
+
+def test_a_small_central_loop_starts_once_the_exact_program_is_traced(shared, spaces,
+                                                                     monkeypatch):
+  # A small central loop's level-0 step compiles sooner than the exact program,
+  # so the exact program is traced (and starts compiling) first; a reverse-mode
+  # loop or a long one goes first instead.
+  small = relax.RelaxConfig(steps=60)
+  assert family_search._exact_first(shared, small, 16)
+  assert not family_search._exact_first(shared, small._replace(gradient="reverse"), 16)
+  assert not family_search._exact_first(shared, small._replace(steps=10**6), 16)
+  events = []
+  warm, run = evaluate.Evaluator.warm, shared_lib.run
+
+  def recorded_warm(self, on_traced=None):
+    assert on_traced is not None  # the search waits for the trace
+    return warm(self, on_traced=lambda: (events.append("exact traced"), on_traced()))
+
+  monkeypatch.setattr(evaluate.Evaluator, "warm", recorded_warm)
+  monkeypatch.setattr(shared_lib, "run",
+                      lambda *a, **k: (events.append("relaxed loop"), run(*a, **k))[1])
+  out = family_search.search_shared(spaces, cm.Efficiency(), starts=2, seed=0,
+                                    cfg=relax.RelaxConfig(steps=2, learning_rate=0.123))
+  assert events == ["exact traced", "relaxed loop"]
+  assert [run_.fs.family for run_, _, _ in out] == list(FAMILIES)
+  with pytest.raises(ValueError, match="on_traced needs full=True"):
+    evaluate.Evaluator(spaces[0]).warm(on_traced=lambda: None)
 
 
 def test_one_program_is_built_once_for_concurrent_callers():

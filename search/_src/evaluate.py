@@ -115,36 +115,45 @@ class Evaluator:
     self._stage_names = None
     self._compiled = None
 
-  def _run_full(self, part: np.ndarray):
+  def _run_full(self, part: np.ndarray, on_traced=None):
     if self.shared is not None:
       args = (self.fs.job, self.fs.cluster, self.eff,
               jnp.asarray(self.shared.widen(self._family, part)))
-      return self._program("shared_estimates", shared_lib.estimates, self.shared, args)(
-          *args)[self._family]
+      return self._program("shared_estimates", shared_lib.estimates, self.shared, args,
+                           on_traced)(*args)[self._family]
     args = (self.fs.job, self.fs.cluster, self.eff, jnp.asarray(part))
-    return self._program("exact_estimates", _estimates, self.fs.structure, args)(*args)
+    return self._program("exact_estimates", _estimates, self.fs.structure, args,
+                         on_traced)(*args)
 
-  def _program(self, name, jitted, static, args):
+  def _program(self, name, jitted, static, args, on_traced=None):
     """The exact program (:func:`search._src.trace_cache.compiled`), looked up
     once: every call has the shape of one chunk."""
     if self._compiled is None:
       key = self.shared.structure if self.shared is not None else static
       self._compiled = trace_cache.compiled(name, jitted, (static,), key, args,
-                                            compile_cache.FORWARD)
+                                            compile_cache.FORWARD, on_traced=on_traced)
+    elif on_traced is not None:
+      on_traced()
     return self._compiled
 
   def _run_lean(self, part: np.ndarray):
     fs = self.fs
     return _scores(fs.structure, fs.job, fs.cluster, self.eff, jnp.asarray(part))
 
-  def warm(self) -> None:
+  def warm(self, on_traced=None) -> None:
     """Traces and compiles the evaluator's programs now (one chunk of the
     options' first values, not counted), so that their compilation can run
-    while other work does (the search compiles it next to the relaxed loop)."""
+    while other work does (the search compiles it next to the relaxed loop).
+
+    ``on_traced``, when given, is called once the whole-estimate program is
+    traced, before XLA compiles it (at once when it was built before; needs
+    ``full``)."""
+    if on_traced is not None and not self.full:
+      raise ValueError("Evaluator.warm: on_traced needs full=True")
     row = np.asarray([[float(var.options[0]) for var in self.fs.vars]], np.float32)
     part = np.repeat(row, self.chunk, 0)
     if self.full:
-      jax.block_until_ready(self._run_full(part))
+      jax.block_until_ready(self._run_full(part, on_traced))
     else:
       jax.block_until_ready(self._run_lean(part))
 

@@ -279,20 +279,15 @@ def _run(static, cfg, job, cluster, eff, x0, lo, hi):
 
 
 # The reverse-mode loop compiles the gradient graph: large, run little, so at
-# optimisation level 0, as one scan. The central-difference step compiles only
-# the forward graph but runs it on 2k + 1 points per start, as a program of one
-# step that Python calls ``steps`` times (a scan of it doubled its compilation).
-# Level 1 halves a step's run time and triples its compilation: the default
-# job's step of both families (1 core, 2026-12-02) compiles in 4.8 s at level 1
-# and 1.7 s at level 0, and a step of 64 starts x 21 points runs in 11.6 ms and
-# 22.9 ms. So a loop of few point evaluations per device compiles at level 0
-# (the default job, 134,400 per core: its cold search 8.2 -> 7.6 s, its warm one
-# 1.7 -> 2.8 s), a longer one at level 1 (PPO 70B with three families, 374,400
-# per core: level 0 saved 0.5 s cold and cost 4.5 s warm). With 16 starts
-# (2026-12-03, 2 cores) the default job has 33,600 points a core (level 0: cold
-# 13.3 s, warm 2.2 s; level 1: 14.4 s and 1.6 s) and PPO 70B 93,600 (level 0:
-# cold 45.7 s, warm 20.7 s; level 1: 48.1 s and 17.4 s): level 0 earns its warm
-# cost back below about 50,000 points.
+# level 0, as one scan. The central-difference step compiles the forward graph
+# but runs it on 2k + 1 points per start, as a program of one step that Python
+# calls ``steps`` times (a scan of it doubled its compilation). Level 1 halves
+# a step's run time and triples its compilation, so a loop of few point
+# evaluations per device compiles at level 0. With 16 starts (2026-12-03, 2
+# cores) the default job has 33,600 points a core (level 0: cold 13.3 s, warm
+# 2.2 s; level 1: 14.4 s and 1.6 s) and PPO 70B 93,600 (level 0: cold 45.7 s,
+# warm 20.7 s; level 1: 48.1 s and 17.4 s): level 0 earns its warm cost back
+# below about 50,000 points.
 SMALL_LOOP_POINTS = 50_000
 
 
@@ -312,11 +307,16 @@ _STEP_PROGRAMS = {
     for small, opts in ((True, compile_cache.FAST_COMPILE), (False, compile_cache.FORWARD))}
 
 
+def small_loop(fs, cfg: RelaxConfig, rows_per_device: int) -> bool:
+  """Whether a central loop of ``rows_per_device`` starts makes at most :data:`SMALL_LOOP_POINTS`
+  point evaluations a device."""
+  return rows_per_device * (2 * len(trainable(fs)) + 1) * cfg.steps <= SMALL_LOOP_POINTS
+
+
 def step_program(fs, cfg: RelaxConfig, rows_per_device: int):
   """The jitted central step for ``rows_per_device`` starts a device, and its
-  XLA options (level 0 up to :data:`SMALL_LOOP_POINTS` point evaluations)."""
-  points = rows_per_device * (2 * len(trainable(fs)) + 1) * cfg.steps
-  return _STEP_PROGRAMS[points <= SMALL_LOOP_POINTS]
+  XLA options (level 0 for a :func:`small_loop`)."""
+  return _STEP_PROGRAMS[small_loop(fs, cfg, rows_per_device)]
 
 
 @functools.partial(jax.jit, static_argnames=("static",), compiler_options=_FAST_COMPILE)
@@ -397,4 +397,5 @@ def _central_loop(static, cfg, job, cluster, eff, x0, lo, hi, on_traced):
   for _ in range(cfg.steps):
     state, x, values, step, penalty, best = step_fn(job, cluster, eff, inputs, state)
     history.append(best)
-  return x, values, step, penalty, jnp.stack(history)
+  # One transfer of the bests (stacked on the device: a program of `steps` operands).
+  return x, values, step, penalty, np.stack(jax.device_get(history))
