@@ -4,6 +4,7 @@ import pytest
 
 import costmodel as cm
 import search
+from search._src import rules as rules_lib
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,8 @@ def test_openrlhf_splits_three_ways_with_a_critic(cluster_2x8):
   ppo = cm.RLJob("ppo", cm.models.get("qwen2.5-1.5b"), prompts_per_step=64.0,
                  samples_per_prompt=4.0, prompt_len=512.0,
                  response=cm.ResponseLength.from_mean_max(1000.0, 4096.0))
-  r = search.rules_of_thumb(ppo, cluster_2x8)[1]
+  # The rule alone (rules_of_thumb of a PPO job: test_search_rules).
+  r = rules_lib.openrlhf_split(ppo, cluster_2x8)
   assert r.method == "openrlhf" and r.family == "split3" and r.feasible
   # A third of 16 GPUs is 5.3; a training pool whose data-parallel degree can
   # divide 256 samples holds a power of two (4); the engines take the rest.
