@@ -308,8 +308,7 @@ _STEP_PROGRAMS = {
 
 
 def small_loop(fs, cfg: RelaxConfig, rows_per_device: int) -> bool:
-  """Whether a central loop of ``rows_per_device`` starts makes at most :data:`SMALL_LOOP_POINTS`
-  point evaluations a device."""
+  """Whether a central loop makes at most :data:`SMALL_LOOP_POINTS` evaluations a device."""
   return rows_per_device * (2 * len(trainable(fs)) + 1) * cfg.steps <= SMALL_LOOP_POINTS
 
 
