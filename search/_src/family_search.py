@@ -61,8 +61,9 @@ def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, se
   # The exact evaluator compiles in a thread of its own while the relaxed loop
   # compiles and runs (XLA releases the interpreter lock), so a cold search
   # pays for the two compilations side by side, not one after the other. It
-  # starts once the relaxed loop is traced: tracing holds the interpreter lock,
-  # and the relaxed loop, the longest compilation, should start compiling first.
+  # starts once the relaxed loop is traced (tracing holds the interpreter lock,
+  # and the longer compilation should start first), or, for a small central
+  # loop, before it (:func:`_exact_first`).
   traced = traced or threading.Event()
   exact_first = not warm_after and _exact_first(fs, cfg, -(-starts // jax.device_count()))
   with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -173,8 +174,7 @@ def search_shared(spaces, eff: cm.Efficiency, starts: int, seed: int, cfg: relax
   evs = [evaluate.Evaluator(fs, eff, full=True, shared=space) for fs in spaces]
   traced = threading.Event()
   rows = sum(len(x0) for x0, _, _ in inits)
-  parts = shared_lib.cores() if jax.device_count() == 1 else jax.device_count()
-  exact_first = _exact_first(space, cfg, -(-rows // parts))
+  exact_first = _exact_first(space, cfg, shared_lib.rows_per_device(rows))
   with concurrent.futures.ThreadPoolExecutor(1) as pool:
     warming = _warm(pool, evs[0], (traced,), exact_first)
     try:

@@ -194,12 +194,24 @@ def cores() -> int:
   return max(1, n or 1)
 
 
+def _parts(rows: int) -> int:
+  """Parts :func:`run` cuts ``rows`` starts into: one per core on one device,
+  else one (sharded over the devices)."""
+  return min(cores() if jax.device_count() == 1 else 1, rows)
+
+
+def rows_per_device(rows: int) -> int:
+  """Starts each device's relaxed program takes when :func:`run` runs ``rows``."""
+  part = -(-rows // _parts(rows))
+  return -(-part // jax.device_count())
+
+
 def _run_parts(shared, eff, x0, lo, hi, cfg, on_traced) -> relax.RelaxOutput:
   """:func:`search._src.relax.run` of the rows cut into one equal part per core,
   each part in a thread of its own (XLA runs one program on one core, so the
   parts run side by side; the program compiles once, the other threads wait for
   it); on several devices the rows are sharded instead, in one part."""
-  n = min(cores() if jax.device_count() == 1 else 1, x0.shape[0])
+  n = _parts(x0.shape[0])
   size = -(-x0.shape[0] // n)
   pad = lambda a: np.concatenate([a, np.repeat(a[-1:], n * size - len(a), 0)], 0)
   x0, lo, hi = pad(x0), pad(lo), pad(hi)
