@@ -66,6 +66,10 @@ _MAX_STALENESS = flags.DEFINE_integer(
     "max_staleness", 0, "Largest staleness allowed (0: on-policy, synchronous).")
 _PARTIAL = flags.DEFINE_boolean(
     "partial_rollout", False, "Allow partial rollouts (needs --max_staleness >= 1).")
+_RELAXED = flags.DEFINE_enum(
+    "relaxed", "auto", ["auto", "on", "off"],
+    "The relaxed (gradient) phase; auto: on for spaces of at least 1e11 value vectors a family "
+    "or with --nodp_seeds (smaller spaces: the discrete phases alone found the same plans).")
 _ROLLOUT_PRECISION = flags.DEFINE_list(
     "rollout_precision", ["bf16"], "Rollout engine formats allowed (bf16, fp8: FP8 weights and "
     "KV cache, on GPUs with an FP8 peak); FP8 changes the sampling numerics, so it is opt-in.")
@@ -101,7 +105,7 @@ def main(argv) -> int:
                              progress=True, framework=_FRAMEWORK.value,
                              compilation_cache=_CACHE.value,
                              rollout_precision=tuple(_ROLLOUT_PRECISION.value),
-                             dp_seeds=_DP_SEEDS.value, **mode)
+                             dp_seeds=_DP_SEEDS.value, relaxed=_RELAXED.value, **mode)
   except ValueError as e:
     print(e, file=sys.stderr)
     return 2

@@ -175,7 +175,7 @@ def split_search(search_job, cluster_2x8, compact_space):
   (16 starts, 60 steps, seed 0, the compact space), run once per session."""
   import search  # pylint: disable=g-import-not-at-top (only the search tests need it)
   return search.optimize(search_job, cluster_2x8, families=["split"], starts=16, steps=60,
-                         seed=0, space=compact_space)
+                         seed=0, space=compact_space, relaxed="on")
 
 
 @pytest.fixture(scope="session")

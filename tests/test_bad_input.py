@@ -223,6 +223,7 @@ CLI_CASES = [
     ("plan import", P, ["--from_verl", "bad_verl.txt", "--response_mean", "500"],
      ["algorithm.adv_estimator='gpg'"]),
     ("plan export", P, ["--export", "deepspeed", "--out", "p.json"], ["--export='deepspeed'"]),
+    ("plan relaxed", P, ["--relaxed", "maybe"], ["relaxed", "maybe"]),
     ("plan rollout_precision", P, ["--rollout_precision", "bf16,int4"],
      ["rollout_precision=('bf16', 'int4')"]),
 ]

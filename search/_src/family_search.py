@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import threading
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import costmodel as cm
@@ -39,7 +41,7 @@ def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, se
                   cfg: relax.RelaxConfig, seeds: int = 16, corners: int = 32,
                   chunk: int = evaluate.DEFAULT_CHUNK, on_phase=None, dp_seeds: bool = True,
                   traced: threading.Event | None = None,
-                  warm_after: tuple[threading.Event, ...] = ()):
+                  warm_after: tuple[threading.Event, ...] = (), relaxed: bool = True):
   """Relaxed optimisation, rounding and local search inside one family.
 
   ``on_phase(family, phase)``, when given, is called as each phase ends
@@ -65,6 +67,15 @@ def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, se
   # and the longer compilation should start first), or, for a small central
   # loop, before it (:func:`_exact_first`).
   traced = traced or threading.Event()
+  if not relaxed:
+    traced.set()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+      warming = pool.submit(ev.warm)  # XLA compiles it while the starts are mapped
+      out = at_starts(relax.Static(fs), x0)
+      warming.result()
+    phase(fs.family, "relaxed")
+    return FamilyRun(fs=fs, ev=ev, ranked=discrete(fs, ev, out, rng, seeds, corners,
+                                                     dp_seeds, phase)), out
   exact_first = not warm_after and _exact_first(fs, cfg, -(-starts // jax.device_count()))
   with concurrent.futures.ThreadPoolExecutor(1) as pool:
     warming = _warm(pool, ev, (traced, *warm_after), exact_first)
@@ -76,6 +87,28 @@ def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, se
     warming.result()
   return FamilyRun(fs=fs, ev=ev, ranked=discrete(fs, ev, out, rng, seeds, corners,
                                                    dp_seeds, phase)), out
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _values_at(space, x):
+  f = space.fs.relaxed_values if isinstance(space, relax.Static) else space.relaxed_values
+  return jax.vmap(f)(x)
+
+
+def at_starts(space, x0: np.ndarray) -> relax.RelaxOutput:
+  """The relaxed phase skipped: the random starts ``x0`` [N, V] as they are,
+  with their continuous values for the rounding (one small program per
+  structure); no relaxed step time or penalty (NaN) and no history (0 steps).
+
+  Args:
+    space: A :class:`~search._src.shared.SharedSpace` (``x0`` widened rows), or a
+      family space wrapped in :class:`~search._src.relax.Static`.
+    x0: Relaxed parameters of the starts.
+  """
+  x0 = np.asarray(x0, np.float32)
+  nan = np.full(len(x0), np.nan)
+  return relax.RelaxOutput(x=x0, values=np.asarray(_values_at(space, jnp.asarray(x0))),
+                           step_time_s=nan, penalty=nan, history_s=np.zeros((0,)))
 
 
 def _rng(fs: space_lib.FamilySpace, seed: int) -> np.random.Generator:
@@ -156,11 +189,12 @@ def shareable(spaces) -> bool:
 
 
 def search_shared(spaces, eff: cm.Efficiency, starts: int, seed: int, cfg: relax.RelaxConfig,
-                  on_phase=None, dp_seeds: bool = True):
+                  on_phase=None, dp_seeds: bool = True, relaxed: bool = True):
   """:func:`search_family` of several families at once: one relaxed loop over
   every family's starts and one exact program (:mod:`search._src.shared`),
   which compiles in a thread of its own once the loop is traced; then each
-  family's discrete phases in a thread of its own.
+  family's discrete phases in a thread of its own. Without ``relaxed`` the
+  relaxed phase is skipped (:func:`at_starts`).
 
   Returns:
     ``[(run, relax_output, seconds)]`` per family, in the order of ``spaces``.
@@ -175,15 +209,28 @@ def search_shared(spaces, eff: cm.Efficiency, starts: int, seed: int, cfg: relax
   traced = threading.Event()
   rows = sum(len(x0) for x0, _, _ in inits)
   exact_first = _exact_first(space, cfg, shared_lib.rows_per_device(rows))
-  with concurrent.futures.ThreadPoolExecutor(1) as pool:
-    warming = _warm(pool, evs[0], (traced,), exact_first)
-    try:
-      outs = shared_lib.run(space, eff, inits, cfg, on_traced=traced.set)
-    finally:
-      traced.set()
-    for fs in spaces:
-      phase(fs.family, "relaxed")
-    warming.result()
+  if relaxed:
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+      warming = _warm(pool, evs[0], (traced,), exact_first)
+      try:
+        outs = shared_lib.run(space, eff, inits, cfg, on_traced=traced.set)
+      finally:
+        traced.set()
+      warming.result()
+  else:
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+      warming = pool.submit(evs[0].warm)  # XLA compiles it while the starts are mapped
+      both = at_starts(space, np.concatenate([space.widen(k, x0, relaxed=True)
+                                              for k, (x0, _, _) in enumerate(inits)]))
+      warming.result()
+    outs, at = [], 0
+    for (x0, _, _), cols in zip(inits, space.columns, strict=True):
+      rows, at = slice(at, at + len(x0)), at + len(x0)
+      outs.append(both._replace(x=both.x[rows][:, cols], values=both.values[rows][:, cols],
+                                step_time_s=both.step_time_s[rows],
+                                penalty=both.penalty[rows]))
+  for fs in spaces:
+    phase(fs.family, "relaxed")
   relaxed_s = time.perf_counter() - t0
 
   def one(k):

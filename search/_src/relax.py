@@ -219,7 +219,7 @@ def static_key(fs) -> tuple:
                                len(v.options) > 1) for v in fs.vars))
 
 
-class _Static:
+class Static:
   """Hashable wrapper: jit specialises on the family structure only."""
 
   def __init__(self, fs: space_lib.FamilySpace):
@@ -230,7 +230,7 @@ class _Static:
     return hash(self.key)
 
   def __eq__(self, other):
-    return isinstance(other, _Static) and self.key == other.key
+    return isinstance(other, Static) and self.key == other.key
 
 
 # The relaxed loop runs a few hundred cheap steps, so XLA's backend
@@ -340,7 +340,7 @@ def objective_and_grad(fs: space_lib.FamilySpace, eff: cm.Efficiency, x: np.ndar
   Returns:
     numpy ``(objective [n], step_time_s [n], penalty [n], grad [n, V])``.
   """
-  out = _value_and_grad(_Static(fs), fs.job, fs.cluster, eff, jnp.asarray(x, jnp.float32),
+  out = _value_and_grad(Static(fs), fs.job, fs.cluster, eff, jnp.asarray(x, jnp.float32),
                         jnp.asarray(tau, jnp.float32), jnp.float32(weight))
   return tuple(np.asarray(a) for a in out)
 
@@ -367,7 +367,7 @@ def run(fs: space_lib.FamilySpace, job: cm.RLJob, cluster: cm.Cluster, eff: cm.E
     raise ValueError(f"RelaxConfig: fd_step={cfg.fd_step!r} must be > 0")
   x0, lo, hi = (np.asarray(a, np.float32) for a in (x0, lo, hi))
   x0s, los, his = sharding.shard_starts(x0, lo, hi)
-  static = _Static(fs)
+  static = Static(fs)
   if cfg.gradient == "reverse":
     out = trace_cache.call("relax_run", _run, (static, cfg), (static.key, cfg),
                            (job, cluster, eff, x0s, los, his), _FAST_COMPILE,

@@ -24,7 +24,8 @@ def format_result(result: SearchResult, rules: tuple[SearchResult, ...] = ()) ->
   plan) over each."""
   lines = [f"search: {result.wall_time_s:.1f} s ({result.compile_time_s:.1f} s compiling, "
            f"{result.search_time_s:.1f} s searching), {result.evaluations:,} exact evaluations, "
-           f"framework {result.framework}", "",
+           f"framework {result.framework}, relaxed phase {'on' if result.relaxed else 'off'}",
+           "",
            f"{'family':<22}{'relaxed (s)':>12}{'rounded (s)':>12}"]
   for fam in result.history:
     lines.append(f"{fam:<22}{_fmt_s(result.relaxed_bound_s.get(fam, float('nan'))):>12}"

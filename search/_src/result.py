@@ -131,6 +131,9 @@ class SearchResult:
     on_policy: When off-policy modes were allowed (``max_staleness > 0``):
       the best on-policy (synchronous) plan found, as a result of its own;
       else None.
+    relaxed: Whether the relaxed (gradient) phase ran (``optimize``'s
+      ``relaxed``); without it ``relaxed_bound_s`` is NaN and ``history``
+      empty.
   """
 
   method: str
@@ -151,6 +154,7 @@ class SearchResult:
   framework: str = "any"
   accepted_by: tuple = ()
   on_policy: SearchResult | None = None
+  relaxed: bool = False
 
   @property
   def search_time_s(self) -> float:

@@ -1,0 +1,102 @@
+"""What the relaxed (gradient) phase adds: the search with and without it.
+
+For each job, one process compiles both variants once, then for every seed
+times ``search.optimize(relaxed="on")`` and ``relaxed="off"`` (warm) and
+prints the best step time each found; with ``--enumerable``, the 24
+enumerable problems of ``search_benchmark`` (every mode allowed), each
+variant's gap to the exhaustive optimum. ``optimize``'s ``relaxed="auto"``
+rule (:data:`search._src.optimize.RELAX_MIN_PLANS`) rests on these figures.
+
+  python -m benchmarks.search_relaxed --seeds 4
+  python -m benchmarks.search_relaxed --enumerable --ablation_jobs=
+"""
+
+from __future__ import annotations
+
+import time
+
+from absl import app
+from absl import flags
+import jax
+import numpy as np
+
+from benchmarks import search_benchmark
+from benchmarks import search_large
+
+_JOBS = ("grpo-7b-64", *search_large.JOBS)
+_SEEDS = flags.DEFINE_integer("seeds", 4, "Seeds per job.")
+_ABLATION_JOBS = flags.DEFINE_list("ablation_jobs", list(_JOBS),
+                                   "Jobs compared seed by seed (empty: none).")
+_ENUMERABLE = flags.DEFINE_bool("enumerable", False, "The 24 enumerable problems.")
+
+
+def _job(name: str):
+  if name == "grpo-7b-64":
+    return search_benchmark._headline_job(name)  # pylint: disable=protected-access
+  return search_large.job(name, search_benchmark._headline_job)  # pylint: disable=protected-access
+
+
+def _timed(job, cluster, **kw):
+  import search  # pylint: disable=g-import-not-at-top
+  t0 = time.perf_counter()
+  res = search.optimize(job, cluster, **kw)
+  return res.best_step_time_s, time.perf_counter() - t0, res
+
+
+def _jobs(names, seeds: int) -> None:
+  print("| job | largest family (value vectors) | seed | with (s) | without (s) | with: warm "
+        "wall (s) | without: warm wall (s) |\n|---|---:|---:|---:|---:|---:|---:|", flush=True)
+  from search._src import frameworks  # pylint: disable=g-import-not-at-top
+  for name in names:
+    job, cluster = _job(name)
+    fw = frameworks.get("any")
+    size = max(float(fs.size) for f in frameworks.families_for(job, "any")
+               if (fs := fw.build(f, job, cluster, None, "bf16")) is not None)
+    for relaxed in ("on", "off"):  # compile both
+      _timed(job, cluster, relaxed=relaxed)
+    for seed in range(seeds):
+      on, on_s, _ = _timed(job, cluster, seed=seed, relaxed="on")
+      off, off_s, _ = _timed(job, cluster, seed=seed, relaxed="off")
+      print(f"| {name} | {size:.2e} | {seed} | {on:.2f} | {off:.2f} | {on_s:.1f} | {off_s:.1f} |",
+            flush=True)
+    jax.clear_caches()
+
+
+def _enumerable() -> None:
+  import search  # pylint: disable=g-import-not-at-top
+  space = search_benchmark._space()  # pylint: disable=protected-access
+  print("| problem | optimum (s) | gap with | gap without | with: warm wall (s) | without: "
+        "warm wall (s) |\n|---|---:|---:|---:|---:|---:|", flush=True)
+  gaps = {"on": [], "off": []}
+  previous = None
+  for label, job, cluster in search_benchmark._problems(False):  # pylint: disable=protected-access
+    structure = (job.actor.name, job.algorithm, cluster.n_gpus)
+    if structure != previous:
+      jax.clear_caches()
+      previous = structure
+    opt = min(search.enumerate_plans(job, cluster, f, space=space,
+                                     chunk_size=65536).best_step_time_s
+              for f in search.default_families(job))
+    row = {}
+    for relaxed in ("on", "off"):
+      kw = dict(space=space, max_staleness=1, partial_rollout=True, relaxed=relaxed)
+      _timed(job, cluster, **kw)
+      best, wall, _ = _timed(job, cluster, **kw)
+      row[relaxed] = (best / opt - 1, wall)
+      gaps[relaxed].append(best / opt - 1)
+    print(f"| {label} | {opt:.2f} | {row['on'][0]:.2%} | {row['off'][0]:.2%} | "
+          f"{row['on'][1]:.1f} | {row['off'][1]:.1f} |", flush=True)
+  for relaxed, g in gaps.items():
+    print(f"{relaxed}: median gap {np.median(g):.2%}, worst {np.max(g):.2%}")
+
+
+def main(argv) -> None:
+  del argv
+  if _ABLATION_JOBS.value:
+    _jobs(_ABLATION_JOBS.value, _SEEDS.value)
+  if _ENUMERABLE.value:
+    _enumerable()
+
+
+if __name__ == "__main__":
+  app.run(main)
