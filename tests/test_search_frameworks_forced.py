@@ -162,8 +162,8 @@ def test_cache_keys_tell_the_framework_apart(search_job, cluster_2x8, compact_sp
   key = lambda s: trace_cache.digest("exact_estimates", s, args, compile_cache.FAST_COMPILE)
   assert key(fs.structure) != key(raw.structure)
   assert key(fs.structure) == key(dataclasses.replace(raw.structure, runs_as="verl"))
-  assert relax._Static(fs) != relax._Static(raw)
-  assert relax._Static(fs) == relax._Static(fw_lib.get("verl").build("split", search_job,
+  assert relax.Static(fs) != relax.Static(raw)
+  assert relax.Static(fs) == relax.Static(fw_lib.get("verl").build("split", search_job,
                                                                        cluster_2x8,
                                                                        compact_space))
 

@@ -155,7 +155,7 @@ def test_a_short_loop_compiles_its_step_at_level_0_with_the_same_numbers(fs):
   x0, lo, hi = fs.init_relaxed(np.random.default_rng(3), 8)
   state = relax.init(cfg, jnp.asarray(x0, jnp.float32))
   inputs = relax.RelaxInputs(lo=jnp.asarray(lo, jnp.float32), hi=jnp.asarray(hi, jnp.float32))
-  args = (relax._Static(fs), cfg, fs.job, fs.cluster, cm.Efficiency(), inputs, state)
+  args = (relax.Static(fs), cfg, fs.job, fs.cluster, cm.Efficiency(), inputs, state)
   a, b = small(*args), large(*args)
   for i in (3, 4, 5):  # step times, penalties, best: the same to float rounding
     np.testing.assert_allclose(a[i], b[i], rtol=1e-5, atol=1e-7)

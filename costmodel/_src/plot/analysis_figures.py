@@ -111,7 +111,8 @@ def search_trajectory(history: Mapping, optima: Mapping | None = None, ax=None):
     a = np.asarray(values, dtype=float)
     if a.ndim != 1 or a.size == 0 or not np.isfinite(a).any():
       raise ValueError(f"history[{family!r}] has shape {a.shape}; it must be a non-empty "
-                       "1-D array with at least one finite step time")
+                       "1-D array with at least one finite step time (a search whose "
+                       "relaxed phase did not run, result.relaxed False, has none)")
     series[str(family)] = np.where(np.isfinite(a), a, np.nan)
   optima = dict(optima or {})
   for label, v in optima.items():
