@@ -107,8 +107,9 @@ def at_starts(space, x0: np.ndarray) -> relax.RelaxOutput:
   """
   x0 = np.asarray(x0, np.float32)
   nan = np.full(len(x0), np.nan)
+  steps = (0, len(space.spaces)) if isinstance(space, shared_lib.SharedSpace) else (0,)
   return relax.RelaxOutput(x=x0, values=np.asarray(_values_at(space, jnp.asarray(x0))),
-                           step_time_s=nan, penalty=nan, history_s=np.zeros((0,)))
+                           step_time_s=nan, penalty=nan, history_s=np.zeros(steps))
 
 
 def _rng(fs: space_lib.FamilySpace, seed: int) -> np.random.Generator:
@@ -220,15 +221,9 @@ def search_shared(spaces, eff: cm.Efficiency, starts: int, seed: int, cfg: relax
   else:
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
       warming = pool.submit(evs[0].warm)  # XLA compiles it while the starts are mapped
-      both = at_starts(space, np.concatenate([space.widen(k, x0, relaxed=True)
-                                              for k, (x0, _, _) in enumerate(inits)]))
+      outs = shared_lib.per_family(space, inits,
+                                   at_starts(space, shared_lib.widen_starts(space, inits)[0]))
       warming.result()
-    outs, at = [], 0
-    for (x0, _, _), cols in zip(inits, space.columns, strict=True):
-      rows, at = slice(at, at + len(x0)), at + len(x0)
-      outs.append(both._replace(x=both.x[rows][:, cols], values=both.values[rows][:, cols],
-                                step_time_s=both.step_time_s[rows],
-                                penalty=both.penalty[rows]))
   for fs in spaces:
     phase(fs.family, "relaxed")
   relaxed_s = time.perf_counter() - t0

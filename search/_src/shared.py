@@ -172,12 +172,24 @@ def run(shared: SharedSpace, eff: cm.Efficiency, starts, cfg: relax.RelaxConfig,
   Returns:
     One :class:`~search._src.relax.RelaxOutput` per family, in its own columns.
   """
+  x0, lo, hi = widen_starts(shared, starts)
+  return per_family(shared, starts, _run_parts(shared, eff, x0, lo, hi, cfg, on_traced))
+
+
+def widen_starts(shared: SharedSpace, starts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """``(x0, lo, hi)`` of every family's ``starts`` (as in :func:`run`), widened
+  to the shared columns and stacked in the order of ``shared.spaces``."""
   parts = [[], [], []]
   for k, arrays in enumerate(starts):
     for i, a in enumerate(arrays):
       parts[i].append(shared.widen(k, np.asarray(a, np.float32), relaxed=True))
-  x0, lo, hi = (np.concatenate(p, 0) for p in parts)
-  out = _run_parts(shared, eff, x0, lo, hi, cfg, on_traced)
+  return tuple(np.concatenate(p, 0) for p in parts)
+
+
+def per_family(shared: SharedSpace, starts, out: relax.RelaxOutput) -> list[relax.RelaxOutput]:
+  """``out`` (rows of :func:`widen_starts`, a history column per family) cut
+  into one :class:`~search._src.relax.RelaxOutput` per family, in its own
+  columns."""
   outs, at = [], 0
   for k, (a, *_) in enumerate(starts):
     rows, cols = slice(at, at + len(a)), shared.columns[k]
