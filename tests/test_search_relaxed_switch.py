@@ -15,6 +15,7 @@ import search
 from search._src import family_search
 from search._src import optimize as optimize_lib
 from search._src import relax
+from search._src import report
 from search._src import shared as shared_lib
 from search._src import space as space_lib
 
@@ -67,6 +68,10 @@ def test_without_the_relaxed_phase_the_shared_search_finds_the_optimum(
     assert np.isnan(res.relaxed_bound_s[f]) and res.history[f].shape == (0,)
     assert res.best_by_family_s[f] == pytest.approx(optimum[f], rel=1e-5), f
   assert res.best_step_time_s == pytest.approx(min(optimum.values()), rel=1e-5)
+  text = report.format_result(res).splitlines()
+  assert text[0].endswith(", relaxed phase off")
+  assert [line.split() for line in text[3:5]] == [
+      [f, "-", f"{res.best_by_family_s[f]:.2f}"] for f in FAMILIES]
   one = search.optimize(search_job, cluster_2x8, families=["split"], space=compact_space,
                         relaxed="off")  # a family alone: its own programs
   assert not one.relaxed and one.best_step_time_s == pytest.approx(optimum["split"], rel=1e-5)
@@ -75,6 +80,7 @@ def test_without_the_relaxed_phase_the_shared_search_finds_the_optimum(
 def test_the_relaxed_phase_on_reports_its_bound(split_search):
   assert split_search.relaxed
   assert np.isfinite(split_search.relaxed_bound_s["split"])
+  assert report.format_result(split_search).splitlines()[0].endswith(", relaxed phase on")
 
 
 def test_starts_as_drawn_map_onto_values_by_the_relaxed_formulas(
