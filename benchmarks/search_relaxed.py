@@ -9,6 +9,7 @@ rule (:data:`search._src.optimize.RELAX_MIN_PLANS`) rests on these figures.
 
   python -m benchmarks.search_relaxed --seeds 4
   python -m benchmarks.search_relaxed --enumerable --ablation_jobs=
+  python -m benchmarks.search_relaxed --seeds 2 --ablation_jobs=mixtral-8x7b-64,...  # _MORE
 """
 
 from __future__ import annotations
@@ -24,6 +25,16 @@ from benchmarks import search_benchmark
 from benchmarks import search_large
 
 _JOBS = ("grpo-7b-64", *search_large.JOBS)
+# More GRPO jobs for a wider look at the rule (``--ablation_jobs=...``):
+# name -> (model, GPUs, prompts, samples per prompt, mean and max response).
+_MORE = {
+    "mixtral-8x7b-64": ("mixtral-8x7b", 64, 512, 8, 2000.0, 8192.0),
+    "qwen3-30b-a3b-128": ("qwen3-30b-a3b", 128, 512, 16, 4000.0, 16384.0),
+    "qwen3-30b-a3b-512": ("qwen3-30b-a3b", 512, 1024, 16, 4000.0, 16384.0),
+    "qwen2.5-32b-256": ("qwen2.5-32b", 256, 1024, 8, 2000.0, 8192.0),
+    "llama-3.1-70b-512": ("llama-3.1-70b", 512, 1024, 8, 2000.0, 8192.0),
+    "llama-3.1-405b-1024": ("llama-3.1-405b", 1024, 1024, 8, 2000.0, 8192.0),
+}
 _SEEDS = flags.DEFINE_integer("seeds", 4, "Seeds per job.")
 _ABLATION_JOBS = flags.DEFINE_list("ablation_jobs", list(_JOBS),
                                    "Jobs compared seed by seed (empty: none).")
@@ -31,6 +42,13 @@ _ENUMERABLE = flags.DEFINE_bool("enumerable", False, "The 24 enumerable problems
 
 
 def _job(name: str):
+  if name in _MORE:
+    import costmodel as cm  # pylint: disable=g-import-not-at-top
+    model, gpus, prompts, samples, mean, longest = _MORE[name]
+    job = cm.RLJob("grpo", cm.models.get(model), prompts_per_step=float(prompts),
+                   samples_per_prompt=float(samples), prompt_len=1024.0,
+                   response=cm.ResponseLength.from_mean_max(mean, longest))
+    return job, cm.Cluster(cm.hardware.get("H100"), gpus_per_node=8, nodes=gpus // 8)
   if name == "grpo-7b-64":
     return search_benchmark._headline_job(name)  # pylint: disable=protected-access
   return search_large.job(name, search_benchmark._headline_job)  # pylint: disable=protected-access
