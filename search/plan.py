@@ -67,9 +67,10 @@ _MAX_STALENESS = flags.DEFINE_integer(
 _PARTIAL = flags.DEFINE_boolean(
     "partial_rollout", False, "Allow partial rollouts (needs --max_staleness >= 1).")
 _RELAXED = flags.DEFINE_enum(
-    "relaxed", "auto", ["auto", "on", "off"],
-    "The relaxed (gradient) phase; auto: on for spaces of at least 1e11 value vectors a family "
-    "or with --nodp_seeds (smaller spaces: the discrete phases alone found the same plans).")
+    "relaxed", "auto", list(optimize_lib.RELAXED),
+    f"The relaxed (gradient) phase; auto: on when a family's space holds at least "
+    f"{optimize_lib.RELAX_MIN_PLANS:.0e} value vectors or with --nodp_seeds (smaller spaces: "
+    "the discrete phases alone found the same plans).")
 _ROLLOUT_PRECISION = flags.DEFINE_list(
     "rollout_precision", ["bf16"], "Rollout engine formats allowed (bf16, fp8: FP8 weights and "
     "KV cache, on GPUs with an FP8 peak); FP8 changes the sampling numerics, so it is opt-in.")

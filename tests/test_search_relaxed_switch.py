@@ -87,7 +87,7 @@ def test_starts_as_drawn_map_onto_values_by_the_relaxed_formulas(
     search_job, cluster_2x8, compact_space):
   fs = space_lib.build("split", search_job, cluster_2x8, compact_space)
   x0, _, _ = fs.init_relaxed(np.random.default_rng(3), 8)
-  out = family_search.at_starts(relax.Static(fs), x0)
+  out = family_search.at_starts(fs, x0)
   assert out.values.shape == x0.shape and out.history_s.shape == (0,)
   assert np.isnan(out.step_time_s).all() and np.isnan(out.penalty).all()
   pools = [fs.index(f"pool.{p}") for p in fs.structure.pools]

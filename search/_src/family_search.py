@@ -71,7 +71,7 @@ def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, se
     traced.set()
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
       warming = pool.submit(ev.warm)  # XLA compiles it while the starts are mapped
-      out = at_starts(relax.Static(fs), x0)
+      out = at_starts(fs, x0)
       warming.result()
     phase(fs.family, "relaxed")
     return FamilyRun(fs=fs, ev=ev, ranked=discrete(fs, ev, out, rng, seeds, corners,
@@ -90,9 +90,8 @@ def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, se
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _values_at(space, x):
-  f = space.fs.relaxed_values if isinstance(space, relax.Static) else space.relaxed_values
-  return jax.vmap(f)(x)
+def _values_at(static: relax.Static, x):
+  return jax.vmap(static.fs.relaxed_values)(x)
 
 
 def at_starts(space, x0: np.ndarray) -> relax.RelaxOutput:
@@ -101,14 +100,14 @@ def at_starts(space, x0: np.ndarray) -> relax.RelaxOutput:
   structure); no relaxed step time or penalty (NaN) and no history (0 steps).
 
   Args:
-    space: A :class:`~search._src.shared.SharedSpace` (``x0`` widened rows), or a
-      family space wrapped in :class:`~search._src.relax.Static`.
+    space: A family space, or a :class:`~search._src.shared.SharedSpace`
+      (``x0`` widened rows), as :func:`search._src.relax.run` takes.
     x0: Relaxed parameters of the starts.
   """
   x0 = np.asarray(x0, np.float32)
   nan = np.full(len(x0), np.nan)
   steps = (0, len(space.spaces)) if isinstance(space, shared_lib.SharedSpace) else (0,)
-  return relax.RelaxOutput(x=x0, values=np.asarray(_values_at(space, jnp.asarray(x0))),
+  return relax.RelaxOutput(x=x0, values=np.asarray(_values_at(relax.Static(space), jnp.asarray(x0))),
                            step_time_s=nan, penalty=nan, history_s=np.zeros(steps))
 
 
