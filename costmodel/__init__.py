@@ -60,6 +60,7 @@ from costmodel._src.specs.rule_table import RULES
 from costmodel._src.specs.rule_table import Rule
 from costmodel._src.step.estimate import estimate
 from costmodel._src.step.estimate import estimate_shared
+from costmodel._src.step.estimate import stage_names
 from costmodel._src.step.result import Estimate
 
 __all__ = (
@@ -114,6 +115,7 @@ __all__ = (
     "rule_violations",
     "smooth_relu",
     "split_cases",
+    "stage_names",
     "steady_state",
     "validate_plan",
     "validation",

@@ -100,6 +100,28 @@ def test_colocated_ppo_timeline_respects_the_stage_graph(ppo_job, cluster_2x8):
   _assert_consistent_timeline(ppo_job, est, synchronous=True)
 
 
+@pytest.mark.parametrize("placement,mode", [
+    ("colocated", cm.Mode()), ("split", cm.Mode()),
+    ("split", cm.Mode(staleness=1, partial_rollout=True)),
+    ("split", cm.Mode(rollout_log_probs=True))])
+def test_stage_names_and_durations_without_the_timeline(ppo_job, cluster_2x8, placement, mode):
+  """``cm.stage_names`` names the estimate's stages without costing them (the
+  switch only where a role shares the rollout pool, no old log-prob pass where
+  the engine returns it), and ``duration_s`` is each stage's end minus start."""
+  if placement == "colocated":
+    plan = cm.Plan.colocated(ppo_job, cluster_2x8, mode=mode)
+  else:
+    plan = cm.Plan.split(ppo_job, cluster_2x8, 8, mode=mode, engine=cm.Engine(tp=1.0))
+  est = cm.estimate(ppo_job, plan, cluster_2x8)
+  assert cm.stage_names(ppo_job, plan) == est.stage_names
+  assert ("switch" in est.stage_names) == (placement == "colocated")
+  assert ("old_log_prob" in est.stage_names) == (not mode.rollout_log_probs)
+  end = np.asarray(est.end_s)
+  np.testing.assert_allclose(est.duration_s, end - np.asarray(est.start_s), rtol=1e-6,
+                             atol=1e-6 * end.max())
+  np.testing.assert_allclose(est.duration_s, np.asarray(est.time_parts_s).sum(-1), rtol=1e-5)
+
+
 # ----- split pools: synchronous and asynchronous ----------------------------
 
 

@@ -56,20 +56,33 @@ def _scores(structure, job, cluster, eff, values):
   return est.step_time_s, est.feasible, excess
 
 
-# The exact program of searches and rules (``full``): whole estimates, compiled with the classic
-# emitters at backend optimisation level 1. Measured on GRPO and PPO families:
-# about half the compile time of XLA's default options and 0.4-1x their
-# throughput, so the search can afford to score whole blocks of a plan
-# (:func:`search._src.rounding.block_sweep`); it serves the ranking, the stage
-# scores and the final estimates alike. On the default job's colocated family
-# (2,048-row chunks, 2 CPU cores, 2026-12-02) it compiles in 2.4 s and scores
-# 265 k plans/s, where a program of the ranking's outputs alone took 1.9 s and
-# scored 322 k/s and the whole-estimate program at level 0 took 1.9 s and 116 k/s:
-# one program instead of those two saves about 2.7 s of a cold search per family.
+# The exact programs of searches and rules (``full``). The ranking program
+# returns what the discrete phases read of every row (step time, feasibility,
+# memory excess, and each stage's duration and memory excess for the cut DP),
+# so XLA drops the rest of the estimate; it runs many times, so it is compiled
+# with the classic emitters at backend optimisation level 1
+# (:data:`~search._src.compile_cache.FORWARD`). The whole-estimate program
+# serves few rows (a search's top plans, the rules of thumb) and is compiled
+# for compile time (:data:`~search._src.compile_cache.FAST_COMPILE`). On PPO
+# Llama-3.1-70B's three families (one shared program each, 2,048-row chunks,
+# 2 CPU cores, 2026-12-04) the two took 5.3 and 6.5 s to compile and the
+# ranking program scored 2,048 rows in 7.3 ms, where the one whole-estimate
+# program that served both before took 11.5 s and 20 ms.
 @functools.partial(jax.jit, static_argnames=("structure",),
                    compiler_options=compile_cache.FORWARD)
+def _ranking(structure, job, cluster, eff, values):
+  est, excess = jax.vmap(lambda v: _one(structure, job, cluster, eff, v))(values)
+  return est.step_time_s, est.feasible, excess, ((est.duration_s, est.memory_excess),)
+
+
+@functools.partial(jax.jit, static_argnames=("structure",),
+                   compiler_options=compile_cache.FAST_COMPILE)
 def _estimates(structure, job, cluster, eff, values):
   return jax.vmap(lambda v: _one(structure, job, cluster, eff, v))(values)
+
+
+# Rows per call of the whole-estimate program (one compiled shape).
+ESTIMATE_ROWS = 8
 
 
 class Evaluator:
@@ -79,19 +92,21 @@ class Evaluator:
     fs: The family space.
     efficiency: Efficiency parameters (defaults if None).
     chunk: Rows per compiled call.
-    full: Compile one program that returns whole estimates and serves
-      :meth:`scores`, :meth:`stage_scores` and :meth:`estimates` (one
-      compilation, :data:`~search._src.compile_cache.FORWARD`; for searches and rules, which the
-      process's other searches of the family share). When False,
-      :meth:`scores` compiles a leaner program with XLA's default options that
-      returns only what ranking needs (about twice the throughput on large
-      chunks; for enumeration) and :meth:`estimates` a second one on demand.
+    full: Score with the search's two programs: a ranking program
+      (:meth:`scores`, :meth:`stage_scores`; compiled for throughput) and a
+      whole-estimate program (:meth:`estimates`, ``scores(...,
+      with_estimates=True)``; few rows, compiled for compile time, in the
+      background once :meth:`warm` has traced the ranking program). For
+      searches and rules, which the process's other searches of the family
+      share. When False, :meth:`scores` compiles a leaner program with XLA's
+      default options (about twice the throughput on large chunks; for
+      enumeration) and :meth:`estimates` the whole-estimate one on demand.
     shared: A space of several families that holds ``fs``
       (:class:`~search._src.shared.SharedSpace`; needs ``full``): the rows are
-      scored by its one program, which every family's evaluator shares. None:
+      scored by its programs, which every family's evaluator shares. None:
       with ``full``, the registered space that holds ``fs``'s structure
       (:func:`~search._src.shared.register`, a search of the job) if any;
-      False: the family's own program.
+      False: the family's own programs.
   """
 
   def __init__(self, fs: space_lib.FamilySpace, efficiency: cm.Efficiency | None = None,
@@ -103,59 +118,91 @@ class Evaluator:
       shared = shared_lib.holding(fs.structure)
     shared = shared or None
     if shared is not None and not full:
-      raise ValueError("Evaluator: shared= needs full=True (the shared program returns whole "
-                       "estimates)")
+      raise ValueError("Evaluator: shared= needs full=True (the shared programs are the "
+                       "search's)")
     self.shared = shared
-    self._family = shared.index_of(fs) if shared is not None else None
+    self._family = shared.index_of(fs) if shared is not None else 0
     self.fs = fs
     self.eff = efficiency if efficiency is not None else cm.Efficiency()
     self.chunk = chunk
     self.full = full
     self.count = 0
     self._stage_names = None
-    self._compiled = None
+    self._compiled = {}
+    self._estimating = None  # the whole-estimate program compiling in the background
 
-  def _run_full(self, part: np.ndarray, on_traced=None):
+  def _args(self, part: np.ndarray) -> tuple:
     if self.shared is not None:
-      args = (self.fs.job, self.fs.cluster, self.eff,
-              jnp.asarray(self.shared.widen(self._family, part)))
-      return self._program("shared_estimates", shared_lib.estimates, self.shared, args,
-                           on_traced)(*args)[self._family]
-    args = (self.fs.job, self.fs.cluster, self.eff, jnp.asarray(part))
-    return self._program("exact_estimates", _estimates, self.fs.structure, args,
-                         on_traced)(*args)
+      part = self.shared.widen(self._family, part)
+    return (self.fs.job, self.fs.cluster, self.eff, jnp.asarray(part))
 
-  def _program(self, name, jitted, static, args, on_traced=None):
-    """The exact program (:func:`search._src.trace_cache.compiled`), looked up
-    once: every call has the shape of one chunk."""
-    if self._compiled is None:
-      key = self.shared.structure if self.shared is not None else static
-      self._compiled = trace_cache.compiled(name, jitted, (static,), key, args,
-                                            compile_cache.FORWARD, on_traced=on_traced)
+  def _run(self, kind: str, part: np.ndarray, on_traced=None):
+    """One call of the ranking or whole-estimate program on ``part``; the
+    whole estimates of the evaluator's family."""
+    if kind == "estimates" and self._estimating is not None:
+      self._estimating.result()  # compiled by warm()'s thread: wait, or raise its error
+    args = self._args(part)
+    out = self._program(kind, args, on_traced)(*args)
+    return out[self._family] if kind == "estimates" and self.shared is not None else out
+
+  def _program(self, kind: str, args: tuple, on_traced=None):
+    """The compiled program of ``kind`` (:func:`search._src.trace_cache.compiled`,
+    one per process and structure), looked up once: every call has one shape."""
+    program = self._compiled.get(kind)
+    if program is None:
+      shared = self.shared is not None
+      jitted = {("ranking", True): shared_lib.ranking, ("ranking", False): _ranking,
+                ("estimates", True): shared_lib.estimates,
+                ("estimates", False): _estimates}[kind, shared]
+      options = compile_cache.FORWARD if kind == "ranking" else compile_cache.FAST_COMPILE
+      static = self.shared if shared else self.fs.structure
+      key = self.shared.structure if shared else static
+      # Always compiled through the cache (a no-op callback), so the families
+      # of a shared space wait for one compilation instead of starting their own.
+      program = trace_cache.compiled(f"{'shared' if shared else 'exact'}_{kind}", jitted,
+                                     (static,), key, args, options,
+                                     on_traced=on_traced or (lambda: None))
+      self._compiled[kind] = program
     elif on_traced is not None:
       on_traced()
-    return self._compiled
+    return program
 
   def _run_lean(self, part: np.ndarray):
     fs = self.fs
     return _scores(fs.structure, fs.job, fs.cluster, self.eff, jnp.asarray(part))
 
-  def warm(self, on_traced=None) -> None:
-    """Traces and compiles the evaluator's programs now (one chunk of the
-    options' first values, not counted), so that their compilation can run
-    while other work does (the search compiles it next to the relaxed loop).
+  def _first_rows(self, n: int) -> np.ndarray:
+    row = np.asarray([[float(var.options[0]) for var in self.fs.vars]], np.float32)
+    return np.repeat(row, n, 0)
 
-    ``on_traced``, when given, is called once the whole-estimate program is
-    traced, before XLA compiles it (at once when it was built before; needs
-    ``full``)."""
+  def warm(self, on_traced=None) -> None:
+    """Traces and compiles the evaluator's scoring program now (one chunk of
+    the options' first values, not counted), so that its compilation can run
+    while other work does (the search compiles it next to the relaxed loop).
+    With ``full``, the whole-estimate program starts compiling in a thread of
+    its own once the ranking program is traced (:meth:`estimates` waits for it).
+
+    ``on_traced``, when given, is called once the ranking program is traced,
+    before XLA compiles it (at once when it was built before; needs ``full``)."""
     if on_traced is not None and not self.full:
       raise ValueError("Evaluator.warm: on_traced needs full=True")
-    row = np.asarray([[float(var.options[0]) for var in self.fs.vars]], np.float32)
-    part = np.repeat(row, self.chunk, 0)
-    if self.full:
-      jax.block_until_ready(self._run_full(part, on_traced))
-    else:
-      jax.block_until_ready(self._run_lean(part))
+    if not self.full:
+      jax.block_until_ready(self._run_lean(self._first_rows(self.chunk)))
+      return
+
+    def traced():
+      if self._estimating is None and "estimates" not in self._compiled:
+        rows = self._first_rows(ESTIMATE_ROWS)
+        self._estimating = _background().submit(
+            lambda: jax.block_until_ready(self._run_estimates_now(rows)))
+      if on_traced is not None:
+        on_traced()
+
+    jax.block_until_ready(self._run("ranking", self._first_rows(self.chunk), traced))
+
+  def _run_estimates_now(self, rows: np.ndarray):
+    args = self._args(rows)
+    return self._program("estimates", args)(*args)
 
   def scores(self, values: np.ndarray, with_estimates: bool = False):
     """Exact step time, feasibility and memory excess of each row.
@@ -163,8 +210,8 @@ class Evaluator:
     Args:
       values: [N, V] value vectors.
       with_estimates: Also return the rows' :class:`costmodel.Estimate` (one
-        of numpy arrays with a leading axis of N), from the same evaluation;
-        needs ``full``.
+        of numpy arrays with a leading axis of N), from the whole-estimate
+        program (few rows); needs ``full``.
 
     Returns:
       :class:`Scores`, or ``(Scores, Estimate)`` with ``with_estimates``.
@@ -172,20 +219,22 @@ class Evaluator:
     if with_estimates and not self.full:
       raise ValueError(f"Evaluator.scores: {with_estimates=} needs full=True")
     values = np.asarray(values, dtype=np.float32)
-    if not len(values) and not with_estimates:
+    if with_estimates:
+      est, excess = self._whole(values)
+      self.count += values.shape[0]
+      return _finish(est.step_time_s, est.feasible, excess), est
+    if not len(values):
       return _finish(np.zeros(0), np.zeros(0, bool), np.zeros(0))
     if self.full:
-      def pick(part):
-        est, excess = self._run_full(part)
-        return est.step_time_s, est.feasible, excess, est if with_estimates else None
+      pick = lambda part: self._run("ranking", part)[:3]
     else:
-      pick = lambda part: (*self._run_lean(part)[:3], None)
-    t, f, x, est = self._rows(values, pick)
-    return (_finish(t, f, x), est) if with_estimates else _finish(t, f, x)
+      pick = lambda part: self._run_lean(part)[:3]
+    t, f, x = self._rows(values, pick)
+    return _finish(t, f, x)
 
   def stage_scores(self, values: np.ndarray):
-    """:meth:`scores` with each stage's duration and memory excess, read from
-    the whole estimates (``full``).
+    """:meth:`scores` with each stage's duration and memory excess, from the
+    ranking program (``full``).
 
     Returns:
       ``(Scores, stage_names, duration_s [N, S], memory_excess [N, S])``.
@@ -194,12 +243,12 @@ class Evaluator:
       raise ValueError("Evaluator.stage_scores needs full=True")
     values = np.asarray(values, dtype=np.float32)
     if self._stage_names is None:
-      self._stage_names = tuple(self.estimates(values[:1])[0].stage_names)
-      self.count -= 1
+      self._stage_names = cm.stage_names(self.fs.job, self.fs.to_plan(
+          self._first_rows(1)[0].astype(np.float64)))
 
     def pick(part):
-      est, excess = self._run_full(part)
-      return est.step_time_s, est.feasible, excess, est.end_s - est.start_s, est.memory_excess
+      t, f, x, stages = self._run("ranking", part)
+      return (t, f, x, *stages[self._family])
 
     t, f, x, dur, ex = self._rows(values, pick)
     return _finish(t, f, x), self._stage_names, dur, ex
@@ -217,22 +266,32 @@ class Evaluator:
     self.count += values.shape[0]
     return jax.tree_util.tree_map(lambda *a: np.concatenate(a), *parts)
 
+  def _whole(self, values: np.ndarray):
+    """``(Estimate, excess)`` of the rows (numpy, leading axis N), from the
+    whole-estimate program in calls of :data:`ESTIMATE_ROWS` rows."""
+    parts = []
+    for start in range(0, max(values.shape[0], 1), ESTIMATE_ROWS):
+      part, m = _chunk(values, start, ESTIMATE_ROWS) if len(values) else (
+          self._first_rows(ESTIMATE_ROWS), 0)
+      out = self._run("estimates", part) if self.full else (
+          _estimates(self.fs.structure, *self._args(part)))
+      parts.append(jax.tree_util.tree_map(lambda a, m=m: np.asarray(a)[:m], out))
+    return jax.tree_util.tree_map(lambda *a: np.concatenate(a), *parts)
+
   def estimates(self, values: np.ndarray) -> list[cm.Estimate]:
     """Full exact :class:`costmodel.Estimate` of each row (few rows)."""
     values = np.asarray(values, dtype=np.float32)
-    out = []
-    for start in range(0, values.shape[0], self.chunk):
-      part = values[start:start + self.chunk]
-      m = part.shape[0]
-      pad = (self.chunk if self.full else min(self.chunk, _bucket(m))) - m
-      if pad:
-        part = np.concatenate([part, np.repeat(part[-1:], pad, 0)], 0)
-      est, _ = self._run_full(part)
-      est = jax.tree_util.tree_map(np.asarray, est)
-      for i in range(m):
-        out.append(jax.tree_util.tree_map(lambda a, i=i: a[i], est))
+    if not len(values):
+      return []
+    est, _ = self._whole(values)
     self.count += values.shape[0]
-    return out
+    return [jax.tree_util.tree_map(lambda a, i=i: a[i], est) for i in range(values.shape[0])]
+
+
+@functools.cache
+def _background() -> concurrent.futures.ThreadPoolExecutor:
+  """The thread that compiles whole-estimate programs while a search scores rows."""
+  return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlcost-estimates")
 
 
 @functools.cache
@@ -260,11 +319,3 @@ def _chunk(values: np.ndarray, start: int, chunk: int) -> tuple[np.ndarray, int]
   if m < chunk:
     part = np.concatenate([part, np.repeat(part[-1:], chunk - m, 0)], 0)
   return part, m
-
-
-def _bucket(m: int) -> int:
-  """Rows to compile for a small batch: 8 or a power of two (few shapes)."""
-  b = 8
-  while b < m:
-    b *= 2
-  return b

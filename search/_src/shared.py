@@ -20,7 +20,9 @@ than one family's, and it compiles once for all of them.
   family does not read it (its bounds hold it). :func:`run` widens each
   family's starts, runs them as one batch and splits the output.
 * The exact evaluator of each family (:class:`search._src.evaluate.Evaluator`
-  with ``shared``) widens its rows and reads its family's estimate.
+  with ``shared``) widens its rows and reads its family's scores from
+  :func:`ranking` (every row the discrete phases score) or its estimate from
+  :func:`estimates` (few rows).
 """
 
 from __future__ import annotations
@@ -247,17 +249,45 @@ def _run_parts(shared, eff, x0, lo, hi, cfg, on_traced) -> relax.RelaxOutput:
                            history_s=np.min(np.stack([o.history_s for o in outs]), axis=0))
 
 
-@functools.partial(jax.jit, static_argnames=("shared",), compiler_options=compile_cache.FORWARD)
+def _estimated(shared: SharedSpace, job, cluster, eff, v):
+  """Every family's ``(Estimate, memory excess)`` of one row (only the row's
+  own family's is its estimate)."""
+  fam = shared.family_of(v)
+  rows = [v[cols] for cols in shared.columns]
+  plans = tuple(fs.structure.to_plan(r) for fs, r in zip(shared.spaces, rows, strict=True))
+  ests = cm.estimate_shared(job, plans, fam, cluster, eff, tau=0.0)
+  return fam, tuple((est, space_lib.memory_excess(fs.structure, r, est, job, cluster))
+                    for fs, r, est in zip(shared.spaces, rows, ests, strict=True))
+
+
+# Whole estimates serve few rows (a search's top plans, the rules of thumb), so
+# this program is compiled for compile time (level 0: 6.5 s where level 1 took
+# 11.5 s on PPO Llama-3.1-70B's three families, 2 CPU cores, 2026-12-04).
+@functools.partial(jax.jit, static_argnames=("shared",),
+                   compiler_options=compile_cache.FAST_COMPILE)
 def estimates(shared: SharedSpace, job, cluster, eff, values):
   """Exact estimates and memory excess of rows [N, U + 1] of ``shared``, one
   ``(Estimate, excess)`` per family (the row's own family's is its estimate)."""
+  return jax.vmap(lambda v: _estimated(shared, job, cluster, eff, v)[1])(values)
+
+
+# What the discrete phases read of every row, without the rest of the estimates
+# (their start and end times, breakdowns and throughput), which XLA then drops:
+# on PPO Llama-3.1-70B's three families (2,048-row chunks, 2 CPU cores,
+# 2026-12-04) 7.3 ms a chunk and 5.3 s to compile, where the whole estimates
+# took 20 ms and 11.5 s.
+@functools.partial(jax.jit, static_argnames=("shared",), compiler_options=compile_cache.FORWARD)
+def ranking(shared: SharedSpace, job, cluster, eff, values):
+  """Step time, feasibility and memory excess of rows [N, U + 1] of ``shared``
+  (each its own family's), and per family ``(duration_s, memory_excess)``
+  [N, stages] of its stages (the row's own family's are its own)."""
 
   def one(v):
-    fam = shared.family_of(v)
-    rows = [v[cols] for cols in shared.columns]
-    plans = tuple(fs.structure.to_plan(r) for fs, r in zip(shared.spaces, rows, strict=True))
-    ests = cm.estimate_shared(job, plans, fam, cluster, eff, tau=0.0)
-    return tuple((est, space_lib.memory_excess(fs.structure, r, est, job, cluster))
-                 for fs, r, est in zip(shared.spaces, rows, ests, strict=True))
+    fam, out = _estimated(shared, job, cluster, eff, v)
+    pick = lambda get: functools.reduce(
+        lambda acc, k: jnp.where(fam == k, get(out[k]), acc), range(1, len(out)), get(out[0]))
+    stages = tuple((est.duration_s, est.memory_excess) for est, _ in out)
+    return (pick(lambda o: o[0].step_time_s), pick(lambda o: o[0].feasible),
+            pick(lambda o: o[1]), stages)
 
   return jax.vmap(one)(values)

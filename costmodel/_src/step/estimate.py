@@ -59,6 +59,20 @@ def estimate(job: RLJob, plan: plan_lib.Plan, cluster: Cluster,
   return estimate_shared(job, (plan,), 0, cluster, efficiency, tau)[0]
 
 
+def _graph(job: RLJob, plan: plan_lib.Plan):
+  """The job's stage graph under the plan's mode."""
+  graph = algorithms.stage_graph(job)
+  if plan.mode.rollout_log_probs:  # the engine returns the old log-probs
+    graph = algorithms.without_stage(graph, algorithms.OLD_LOG_PROB)
+  return graph
+
+
+def stage_names(job: RLJob, plan: plan_lib.Plan) -> tuple[str, ...]:
+  """The ``stage_names`` of ``estimate(job, plan, ...)``, without costing
+  anything (they depend only on the job's algorithm and the plan's structure)."""
+  return tuple(st.name for st in residency_lib.placed(_graph(job, plan), plan))
+
+
 def estimate_shared(job: RLJob, plans, which, cluster: Cluster,
                     efficiency: Efficiency | None = None, tau=0.0) -> tuple[Estimate, ...]:
   """Estimates of ``job`` under several plans of which only ``plans[which]`` is
@@ -89,10 +103,7 @@ def estimate_shared(job: RLJob, plans, which, cluster: Cluster,
   for plan in plans:
     plan_lib.validate(plan, job, cluster)
     gpus.append({p.name: jnp.asarray(p.gpus, float) for p in plan.pools})
-    graph = algorithms.stage_graph(job)
-    if plan.mode.rollout_log_probs:  # the engine returns the old log-probs
-      graph = algorithms.without_stage(graph, algorithms.OLD_LOG_PROB)
-    graphs.append(graph)
+    graphs.append(_graph(job, plan))
   costs = [{} for _ in plans]
   for name in dict.fromkeys(st.name for g in graphs for st in g):
     stages = {k: st for k, g in enumerate(graphs) for st in g if st.name == name}

@@ -66,6 +66,19 @@ def _kept_and_moved(cost: common.StageCost, stage: alg.StageSpec, r: plan_lib.Ro
   return state * (1.0 - swap), state * swap
 
 
+def placed(graph: tuple[alg.StageSpec, ...], plan: plan_lib.Plan) -> tuple[alg.StageSpec, ...]:
+  """The stages of ``graph`` in execution order under ``plan``: the switch right
+  after generation where a role shares the rollout pool, the stages of that
+  pool that only need the rollouts waiting for it."""
+  rollout = plan.rollout_pool
+  if not any(r.pool == rollout for r in plan.roles):
+    return tuple(graph)
+  stages = [st if st.deps != (alg.GENERATE,) or alg.stage_pool(st, plan) != rollout
+            else st._replace(deps=(alg.SWITCH,)) for st in graph]
+  stages.insert(1, SWITCH_STAGE)
+  return tuple(stages)
+
+
 def residency(graph: tuple[alg.StageSpec, ...], costs: dict[str, common.StageCost],
               job: RLJob, plan: plan_lib.Plan, cluster: Cluster, gpus: dict[str, jax.Array],
               eff: Efficiency) -> Residency:
@@ -88,17 +101,14 @@ def residency(graph: tuple[alg.StageSpec, ...], costs: dict[str, common.StageCos
       offload_bytes = offload_bytes + moved
   colocated = [r for r in plan.roles if r.pool == rollout]
   costs = dict(costs)
-  stages = list(graph)
   if colocated:
     res_gen = sum(resident[r.role] for r in colocated)
     costs[alg.SWITCH] = registry.stage_cost(SWITCH_STAGE, job, plan, cluster, gpus, eff,
                                             resident_bytes=res_gen,
                                             offload_bytes=offload_bytes)
-    stages = [st if st.deps != (alg.GENERATE,) or alg.stage_pool(st, plan) != rollout
-              else st._replace(deps=(alg.SWITCH,)) for st in stages]
-    stages.insert(1, SWITCH_STAGE)
+  stages = placed(graph, plan)
   pools = {st.name: alg.stage_pool(st, plan) for st in stages}
-  return Residency(tuple(stages), pools, resident, costs)
+  return Residency(stages, pools, resident, costs)
 
 
 def stage_memory(res: Residency, plan: plan_lib.Plan) -> list[common.Memory]:

@@ -31,6 +31,8 @@ class Estimate:
     mode: Execution mode name.
     step_time_s: Steady-state step time.
     start_s, end_s: Stage start and end within the step's timeline.
+    duration_s: [stages] time each stage holds its timeline (``end_s -
+      start_s``, read without the schedule's chain of starts).
     time_parts_s: [stages, 5] time split (compute, memory, comm, bubble,
       overhead).
     work_gpu_s: Stage work, GPU-seconds at the hardware's best rate.
@@ -67,6 +69,7 @@ class Estimate:
   step_time_s: jax.Array = None
   start_s: jax.Array = None
   end_s: jax.Array = None
+  duration_s: jax.Array = None
   time_parts_s: jax.Array = None
   work_gpu_s: jax.Array = None
   depth_s: jax.Array = None

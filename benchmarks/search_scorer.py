@@ -1,0 +1,96 @@
+"""The search's exact programs, compiled and timed on the headline jobs.
+
+A search scores rows with two programs per job (:mod:`search._src.evaluate`):
+the ranking program (step time, feasibility, memory excess and per-stage
+durations; every row of the discrete phases) and the whole-estimate program
+(few rows: the top plans, the rules of thumb). For each headline job of
+:mod:`benchmarks.search_benchmark` this prints, per program, the compile time
+and the time of one 2,048-row chunk of its families' sampled plans on one core
+(the search runs one chunk per core), with plans per second per core.
+
+Usage, from the repository root (about a minute a job on 2 CPU cores)::
+
+  python -m benchmarks.search_scorer
+  python -m benchmarks.search_scorer --jobs=ppo-70b-1024
+"""
+
+from __future__ import annotations
+
+import time
+
+from absl import app
+from absl import flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from benchmarks import search_benchmark
+
+_JOBS = flags.DEFINE_list("jobs", ["grpo-7b-64", "ppo-70b-1024", "dsv3-16384"],
+                          "Headline jobs (benchmarks.search_benchmark).")
+_REPEATS = flags.DEFINE_integer("repeats", 5, "Timed calls per program (the best is kept).")
+
+
+def _shared_space(name: str):
+  import costmodel as cm  # pylint: disable=g-import-not-at-top
+  from search._src import frameworks  # pylint: disable=g-import-not-at-top
+  from search._src import shared  # pylint: disable=g-import-not-at-top
+  from search._src import space as space_lib  # pylint: disable=g-import-not-at-top
+  job, cluster = search_benchmark._headline_job(name)
+  fw = frameworks.get("any")
+  options = space_lib.SpaceOptions()
+  spaces = [fw.build(fam, job, cluster, options, prec)
+            for fam in frameworks.families_for(job, "any", 0, False)
+            for prec in fw.rollout_precisions(options, cluster)]
+  return shared.SharedSpace([fs for fs in spaces if fs is not None]), cm.Efficiency()
+
+
+def _rows(space, chunk: int) -> np.ndarray:
+  """``chunk`` sampled valid rows, the families in turn (widened)."""
+  from search._src import baselines  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  per = -(-chunk // len(space.spaces))
+  rows = [space.widen(k, baselines._Blocks(fs).sample(rng, per))
+          for k, fs in enumerate(space.spaces)]
+  return np.concatenate(rows, 0)[:chunk]
+
+
+def _time(program, space, eff, values) -> tuple[float, float]:
+  args = (space, space.job, space.cluster, eff, jnp.asarray(values))
+  t0 = time.perf_counter()
+  jax.block_until_ready(program(*args))
+  compile_s = time.perf_counter() - t0
+  best = np.inf
+  for _ in range(_REPEATS.value):
+    t0 = time.perf_counter()
+    jax.block_until_ready(program(*args))
+    best = min(best, time.perf_counter() - t0)
+  return compile_s, best
+
+
+def main(argv) -> None:
+  del argv
+  from search._src import compile_cache  # pylint: disable=g-import-not-at-top
+  from search._src import evaluate  # pylint: disable=g-import-not-at-top
+  from search._src import shared  # pylint: disable=g-import-not-at-top
+  chunk = evaluate.DEFAULT_CHUNK
+  print(f"{jax.devices()[0].device_kind}, {chunk:,}-row chunks, one core a chunk\n")
+  print("| job | families | program | compile (s) | one chunk (ms) | plans/s per core |")
+  print("|---|---|---|---:|---:|---:|")
+  for name in _JOBS.value:
+    space, eff = _shared_space(name)
+    values = _rows(space, chunk)
+    fams = ", ".join(fs.family for fs in space.spaces)
+    # The scorer of every row before the ranking program (2026-12-04): whole
+    # estimates compiled for throughput.
+    before = jax.jit(shared.estimates.__wrapped__, static_argnums=0,
+                     compiler_options=compile_cache.FORWARD)
+    for label, program in (("ranking", shared.ranking), ("whole estimates", shared.estimates),
+                           ("whole estimates, level 1 (before)", before)):
+      compile_s, call_s = _time(program, space, eff, values)
+      print(f"| {name} | {fams} | {label} | {compile_s:.1f} | {call_s * 1e3:.1f} | "
+            f"{chunk / call_s:,.0f} |")
+
+
+if __name__ == "__main__":
+  app.run(main)
