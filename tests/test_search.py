@@ -327,6 +327,25 @@ def test_first_copies_keeps_the_first_of_each_distinct_row():
   assert result_lib.first_copies(np.zeros((0, 4))).size == 0
 
 
+@pytest.mark.parametrize("shape", [(5000, 6), (3000, 1), (1, 3)])
+def test_distinct_rows_is_numpys_unique_over_rows(shape):
+  rng = np.random.default_rng(1)
+  values = rng.integers(0, 4, shape).astype(np.float64) * 8.0
+  keys, inverse = result_lib.distinct_rows(values)
+  want_keys, want_inverse = np.unique(values, axis=0, return_inverse=True)
+  np.testing.assert_array_equal(keys, want_keys)
+  np.testing.assert_array_equal(inverse, want_inverse.reshape(-1))
+  np.testing.assert_array_equal(keys[inverse], values)
+  # -0.0 and 0.0 are one value; no rows give no keys.
+  keys, inverse = result_lib.distinct_rows(np.array([[0.0, 1.0], [-0.0, 1.0], [2.0, 1.0]]))
+  np.testing.assert_array_equal(keys, [[0.0, 1.0], [2.0, 1.0]])
+  np.testing.assert_array_equal(inverse, [0, 0, 1])
+  keys, inverse = result_lib.distinct_rows(np.zeros((0, 4)))
+  assert keys.shape == (0, 4) and inverse.shape == (0,)
+  with pytest.raises(ValueError, match=r"distinct_rows: values has shape \(3,\)"):
+    result_lib.distinct_rows(np.zeros(3))
+
+
 def test_layout_columns_determine_the_layout_key(search_job, cluster_2x8, compact_space):
   for family in ("colocated", FAMILY):
     fs = space_lib.build(family, search_job, cluster_2x8, compact_space)

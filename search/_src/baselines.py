@@ -61,8 +61,7 @@ class _Blocks:
     tables, inverse = [], []
     for name, idx in self.other:
       deps = self.depends_on(name)
-      keys, inv = np.unique(combos[:, deps].reshape(len(combos), len(deps)), axis=0,
-                            return_inverse=True)
+      keys, inv = result_lib.distinct_rows(combos[:, deps].reshape(len(combos), len(deps)))
       keys = [tuple(k) for k in keys]
       table = self.block_rows(name, idx, deps, keys)
       tables.append([table[k] for k in keys])

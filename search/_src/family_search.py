@@ -234,8 +234,12 @@ def search_shared(spaces, eff: cm.Efficiency, starts: int, seed: int, cfg: relax
     return (FamilyRun(fs=fs, ev=evs[k], ranked=ranked), outs[k],
             relaxed_s + time.perf_counter() - tf)
 
+  # The largest spaces start first: their discrete phases take longest, and a
+  # family that waited for a thread would finish last.
+  order = sorted(range(len(spaces)), key=lambda k: -float(spaces[k].size))
   with concurrent.futures.ThreadPoolExecutor(workers(len(spaces))) as pool:
-    return list(pool.map(one, range(len(spaces))))
+    done = dict(zip(order, pool.map(one, order), strict=True))
+  return [done[k] for k in range(len(spaces))]
 
 
 def workers(n: int) -> int:

@@ -39,7 +39,7 @@ from search._src.result import Ranked
 def _unique_rows(values: np.ndarray) -> np.ndarray:
   if values.shape[0] == 0:
     return values
-  return np.unique(values, axis=0)
+  return result_lib.distinct_rows(values)[0]
 
 
 def _cat_groups(fs: space_lib.FamilySpace) -> list[list[int]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 import costmodel as cm
+from search._src import result as result_lib
 from search._src.space_options import _LAYOUT_ROLES
 from search._src.space_options import _TRAINED
 from search._src.space_options import _cover
@@ -102,10 +103,10 @@ class FamilyValidity:
       cols = list(self.block_pools(other)) if other != "pools" else []
       if not cols:
         continue
-      keys, inv = np.unique(cand[:, cols], axis=0, return_inverse=True)
+      keys, inv = result_lib.distinct_rows(cand[:, cols])
       rows = np.tile(cand[0], (len(keys), 1))
       rows[:, cols] = keys
-      ok &= self.valid(rows, blocks=(other,))[inv.ravel()]
+      ok &= self.valid(rows, blocks=(other,))[inv]
     return ok
 
   def valid(self, values: np.ndarray, blocks=None) -> np.ndarray:
