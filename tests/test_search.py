@@ -316,6 +316,49 @@ def test_block_sweep_couples_a_colocated_role_with_the_engines_memory(search_job
   assert rounding._coupled(split, "actor") is None  # the actor trains on its own pool
 
 
+def test_ranking_rows_never_build_the_whole_estimate_program(search_job, cluster_2x8,
+                                                             compact_space, monkeypatch):
+  """A full evaluator scores rows (and their stages) with its ranking program
+  alone; whole estimates build the other program, compiled for compile time."""
+  from search._src import trace_cache  # pylint: disable=g-import-not-at-top
+  built = []
+  compiled = trace_cache.compiled
+
+  def record(name, jitted, static, key, args, options, on_traced=None):
+    built.append((name, options))
+    return compiled(name, jitted, static, key, args, options, on_traced)
+
+  monkeypatch.setattr(trace_cache, "compiled", record)
+  fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)
+  rows = baselines_sample(fs, 20)
+  ev = evaluate.Evaluator(fs, chunk=64, full=True, shared=False)
+  s = ev.scores(rows)
+  _, names, dur, _ = ev.stage_scores(rows)
+  assert built == [("exact_ranking", compile_cache.FORWARD)]
+  assert dur.shape == (20, len(names))
+  (est,) = ev.estimates(rows[:1])
+  assert built[1:] == [("exact_estimates", compile_cache.FAST_COMPILE)]
+  assert float(est.step_time_s) == pytest.approx(s.step_time_s[0], rel=1e-5)
+  assert ev.count == 20 + 20 + 1
+
+
+def test_warm_compiles_whole_estimates_beside_the_ranking_program(search_job, cluster_2x8,
+                                                                  compact_space, monkeypatch):
+  from search._src import trace_cache  # pylint: disable=g-import-not-at-top
+  built = []
+  compiled = trace_cache.compiled
+  monkeypatch.setattr(trace_cache, "compiled", lambda name, *a, **k: (
+      built.append(name), compiled(name, *a, **k))[1])
+  fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)
+  ev = evaluate.Evaluator(fs, chunk=64, full=True, shared=False)
+  traced = []
+  ev.warm(on_traced=lambda: traced.append(list(built)))
+  assert traced == [["exact_ranking"]]  # called once the ranking program is traced
+  ev._estimating.result()  # the background thread's compilation
+  assert built == ["exact_ranking", "exact_estimates"]
+  assert ev.count == 0  # warming counts no evaluation
+
+
 def test_first_copies_keeps_the_first_of_each_distinct_row():
   rng = np.random.default_rng(0)
   values = rng.integers(0, 3, (5000, 6)).astype(np.float64)

@@ -191,12 +191,12 @@ class Evaluator:
       return
 
     def traced():
+      if on_traced is not None:
+        on_traced()
       if self._estimating is None and "estimates" not in self._compiled:
         rows = self._first_rows(ESTIMATE_ROWS)
         self._estimating = _background().submit(
             lambda: jax.block_until_ready(self._run_estimates_now(rows)))
-      if on_traced is not None:
-        on_traced()
 
     jax.block_until_ready(self._run("ranking", self._first_rows(self.chunk), traced))
 
