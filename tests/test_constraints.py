@@ -386,6 +386,39 @@ def test_family_space_valid_rows_pass_validate():
   assert folded.any()
 
 
+def _shrink_step_by_step(sizes, options, n_gpus):
+  """The pools' repair one option at a time: while they hold more than the
+  cluster, the largest (the first of equals) steps down one option."""
+  sizes = list(sizes)
+  for _ in range(10_000):
+    if sum(sizes) <= n_gpus:
+      break
+    k = int(np.argmax(sizes))
+    i = int(np.searchsorted(options[k], sizes[k]))
+    sizes[k] = float(options[k][max(i - 1, 0)])
+  return sizes
+
+
+@pytest.mark.parametrize("family,nodes", [("split", 4), ("split3", 4), ("split3", 128)])
+def test_oversized_pools_shrink_as_one_option_at_a_time(family, nodes):
+  m = cm.models.get("qwen2.5-7b")
+  job = cm.RLJob("ppo", m, prompts_per_step=64.0, reward_model=m)
+  cluster = cm.Cluster(cm.hardware.get("H100"), gpus_per_node=8, nodes=nodes)
+  fs = space_lib.build(family, job, cluster, search.SpaceOptions.compact())
+  cols = [fs.index(f"pool.{p}") for p in fs.structure.pools]
+  options = [np.asarray(fs.vars[c].options, np.float64) for c in cols]
+  rng = np.random.default_rng(1)
+  rows = np.stack([rng.choice(v.options, size=3000) for v in fs.vars], -1)
+  # Ties between pools, the first pool largest, the last largest.
+  rows[:100, cols[1]] = rows[:100, cols[0]]
+  got = fs.repair(rows)[:, cols]
+  over = rows[:, cols].sum(-1) > cluster.n_gpus
+  assert over.sum() > 500
+  for row, out in zip(rows[over, :][:, cols], got[over], strict=True):
+    np.testing.assert_array_equal(out, _shrink_step_by_step(row, options, cluster.n_gpus))
+  np.testing.assert_array_equal(got[~over], rows[~over][:, cols])
+
+
 def test_search_returns_only_plans_validate_accepts(split_search, search_job, cluster_2x8):
   assert split_search.top
   for plan, _ in split_search.top:

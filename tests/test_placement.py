@@ -167,6 +167,26 @@ def test_rank_merges_and_keeps_each_plan_once():
   assert r.step_time_s.tolist() == [1.0, 2.0, 9.0]  # the best copy of plan 1
 
 
+@pytest.mark.parametrize("keep", [1, 7, 40, 500])
+def test_rank_keep_is_the_head_of_the_full_ranking(keep):
+  rng = np.random.default_rng(3)
+  # 60 distinct plans, most of them many times over with different scores, so
+  # the best rows hold few distinct plans and the head must grow to find them.
+  plans = rng.integers(0, 4, (60, 3)).astype(float)
+  plans = np.unique(plans, axis=0)
+  rows = plans[rng.integers(0, len(plans), 3000)]
+  parts = [result_lib.Ranked(rows[i::2], rng.random(1500) * 100, rng.random(1500) < 0.8,
+                             rng.random(1500)) for i in range(2)]
+  full = result_lib.rank(*parts)
+  head = result_lib.rank(*parts, keep=keep)
+  assert len(full.values) == len(plans)
+  assert len(head.values) == min(keep, len(plans))
+  for a, b in zip(head, full, strict=True):
+    np.testing.assert_array_equal(a, b[:keep])
+  with pytest.raises(ValueError, match="keep=0"):
+    result_lib.rank(*parts, keep=0)
+
+
 def test_search_result_without_a_plan():
   res = search.SearchResult(method="random", family="split", infeasible_reason="none fits")
   assert not res.feasible and res.best_step_time_s == float("inf")

@@ -173,7 +173,7 @@ def discrete(fs: space_lib.FamilySpace, ev: evaluate.Evaluator, out: relax.Relax
   swept = rounding.block_sweep(ev, ranked, rng=rng, extra=dp_ranked if len(dp) else None)
   if swept.objective[0] < ranked.objective[0] * (1 - 1e-6):
     ranked = rounding.local_search(ev, result_lib.Ranked(*(a[:4] for a in swept)))
-    ranked = result_lib.rank(ranked, swept)
+    ranked = result_lib.rank(ranked, swept, keep=result_lib.KEEP)
   else:
     ranked = swept
   phase(fs.family, "refined")

@@ -321,8 +321,9 @@ def _search(job, cluster, fams, fw: fw_lib.Framework, starts, seed, top_k, eff, 
                       accepted_by=fw_lib.accepting(plans[0][0], job, cluster), **done)
 
 
-# Ranked plans looked at for distinct, exportable top plans.
-_MAX_SCAN = 20000
+# Ranked plans looked at for distinct, exportable top plans (each family keeps
+# as many, :data:`~search._src.result.KEEP`).
+_MAX_SCAN = result_lib.KEEP
 
 
 def _distinct(runs, entries, top_k, fw, job, cluster):

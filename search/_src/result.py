@@ -47,16 +47,29 @@ class Ranked(NamedTuple):
     return objective(self.step_time_s, self.feasible, self.excess)
 
 
-def rank(*parts: Ranked) -> Ranked:
+# Ranked plans a family's search keeps (:func:`rank`'s ``keep``): the final
+# ranking looks at no more than these of all families together, so the best
+# this many of each family hold every plan it can reach.
+KEEP = 20_000
+
+
+def rank(*parts: Ranked, keep: int | None = None) -> Ranked:
   """The rows of ``parts`` together, ordered by :func:`ranking`, each distinct
-  value vector once (its best-ranked copy)."""
+  value vector once (its best-ranked copy); with ``keep``, the best ``keep``
+  of them only (copies are looked for among the best rows alone)."""
   v, t, f, x = (np.concatenate(a, 0) for a in zip(*parts, strict=True))
   order = ranking(t, f, x)
-  v, t, f, x = v[order], t[order], f[order], x[order]
-  if len(v):
-    first = first_copies(v)
-    v, t, f, x = v[first], t[first], f[first], x[first]
-  return Ranked(v, t, f, x)
+  if keep is not None and keep < 1:
+    raise ValueError(f"rank: keep={keep} must be >= 1")
+  m = len(order) if keep is None else min(len(order), 2 * keep)
+  while True:
+    head = order[:m]
+    first = first_copies(v[head]) if m else np.zeros(0, np.int64)
+    if keep is None or len(first) >= keep or m == len(order):
+      break
+    m = min(len(order), 4 * m)
+  sel = head[first[:keep]]
+  return Ranked(v[sel], t[sel], f[sel], x[sel])
 
 
 def first_copies(values: np.ndarray) -> np.ndarray:

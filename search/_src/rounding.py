@@ -285,7 +285,8 @@ def block_sweep(ev: evaluate.Evaluator, ranked: Ranked, plans: int = 2, rounds: 
   cannot.
 
   Returns:
-    ``ranked`` with every row scored here, ranked.
+    ``ranked`` with every row scored here, ranked: the best
+    :data:`~search._src.result.KEEP` distinct rows.
   """
   fs = ev.fs
   rng = rng if rng is not None else np.random.default_rng(0)
@@ -331,6 +332,10 @@ def block_sweep(ev: evaluate.Evaluator, ranked: Ranked, plans: int = 2, rounds: 
       masks[key] = fs.valid_replacing(cur, idx, grid)
     return cand[masks[key]]
 
+  # A block's sweep depends only on the plan's other variables: a sweep met
+  # again (a later round after the block alone changed, or another start that
+  # reached the same plan) has the same best row, which is reused unscored.
+  swept: dict = {}
   for row in start:
     cur = np.asarray(row, np.float64)
     s = ev.scores(cur[None])
@@ -339,8 +344,15 @@ def block_sweep(ev: evaluate.Evaluator, ranked: Ranked, plans: int = 2, rounds: 
     for _ in range(rounds):
       improved = False
       for block, (idx, grid) in grids.items():
+        key = (block, cur_valid, np.delete(cur, idx).tobytes())
+        if key in swept:
+          best, best_o = swept[key]
+          if best_o < cur_o * (1 - 1e-6):
+            cur, cur_o, improved, cur_valid = best, best_o, True, True
+          continue
         cand = valid_grid(block, idx, grid, cur, cur_valid)
         if not len(cand):
+          swept[key] = (cur, np.inf)
           continue
         s = ev.scores(cand)
         col = coupled[block]
@@ -358,8 +370,9 @@ def block_sweep(ev: evaluate.Evaluator, ranked: Ranked, plans: int = 2, rounds: 
         visited.append(Ranked(cand, s.step_time_s, s.feasible, s.excess))
         o = result_lib.objective(s.step_time_s, s.feasible, s.excess)
         k = int(np.argmin(o))
+        swept[key] = (cand[k], float(o[k]))
         if o[k] < cur_o * (1 - 1e-6):
           cur, cur_o, improved, cur_valid = cand[k], float(o[k]), True, True
       if not improved:
         break
-  return result_lib.rank(*visited)
+  return result_lib.rank(*visited, keep=result_lib.KEEP)

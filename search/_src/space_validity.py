@@ -13,7 +13,6 @@ from search._src import result as result_lib
 from search._src.space_options import _LAYOUT_ROLES
 from search._src.space_options import _TRAINED
 from search._src.space_options import _cover
-from search._src.space_options import _step_option
 from search._src.space_structure import _role_layout_fields
 
 
@@ -202,6 +201,44 @@ class FamilyValidity:
     """Rows that break the table's rule ``rule``."""
     return cm.rule_violations(scope, fields, self.structure.rule_sets, only=(rule,))[rule] > 0
 
+  def _shrink_pools(self, v: np.ndarray) -> None:
+    """Oversized pools shrink in place: the largest pool (the first of equals)
+    steps down its options until the pools fit the cluster or another pool is
+    the largest, which then steps down. Each run of steps of one pool is one
+    jump: to the largest option below it at which the pools fit or it is no
+    longer the largest (its smallest option when neither comes). Whether
+    the pools fit is the rule table's ``pools_within_cluster``."""
+    pool_names = [f"pool.{p}" for p in self.structure.pools]
+    cols = [self.index(p) for p in pool_names]
+    n_gpus = float(self.cluster.n_gpus)
+    for _ in range(len(pool_names) * max(len(self.var(p).options) for p in pool_names)):
+      over = self._violated("pools", self._pools_fields(v), "pools_within_cluster")
+      if not over.any():
+        return
+      sizes = v[..., cols]
+      big = np.argmax(sizes, -1)
+      moved = False
+      for k, p in enumerate(pool_names):
+        sel = over & (big == k)
+        if not sel.any():
+          continue
+        x, rest = sizes[sel][:, k], np.delete(sizes[sel], k, -1)
+        opts = np.asarray(self.var(p).options, np.float64)
+        fits = n_gpus - rest.sum(-1)  # the largest size at which the pools fit
+        before = rest[:, :k].max(-1) if k else np.full(len(x), -np.inf)
+        after = rest[:, k:].max(-1) if k < len(pool_names) - 1 else np.full(len(x), -np.inf)
+        # The largest option below x that fits, or at which an earlier pool is
+        # at least as large or a later one larger.
+        below = np.searchsorted(opts, x) - 1
+        stop = np.maximum.reduce([np.searchsorted(opts, fits, "right") - 1,
+                                  np.searchsorted(opts, before, "right") - 1,
+                                  np.searchsorted(opts, after, "left") - 1])
+        new = opts[np.clip(np.minimum(stop, below), 0, len(opts) - 1)]
+        moved |= bool((new != x).any())
+        v[sel, cols[k]] = new
+      if not moved:
+        return
+
   def repair(self, values: np.ndarray) -> np.ndarray:
     """Moves value vectors towards validity: ZeRO-3 drops TP/PP/EP, degrees that
     do not divide their pool are halved (pp, then cp, then tp), expert degrees
@@ -211,16 +248,7 @@ class FamilyValidity:
     invalid; :meth:`valid` decides."""
     v = np.array(values, dtype=np.float64, copy=True)
     idx = self.index
-    pool_names = [f"pool.{p}" for p in self.structure.pools]
-    for _ in range(len(self.var(pool_names[0]).options)):
-      over = self._violated("pools", self._pools_fields(v), "pools_within_cluster")
-      if not over.any():
-        break
-      cols = np.stack([v[..., idx(p)] for p in pool_names], -1)
-      big = np.argmax(cols, -1)
-      for k, p in enumerate(pool_names):
-        sel = over & (big == k)
-        v[sel, idx(p)] = _step_option(v[sel, idx(p)], self.var(p).options, -1)
+    self._shrink_pools(v)
     for role in _LAYOUT_ROLES:
       if role not in self.structure.roles:
         continue
