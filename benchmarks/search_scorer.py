@@ -6,7 +6,8 @@ durations; every row of the discrete phases) and the whole-estimate program
 (few rows: the top plans, the rules of thumb). For each headline job of
 :mod:`benchmarks.search_benchmark` this prints, per program, the compile time
 and the time of one 2,048-row chunk of its families' sampled plans on one core
-(the search runs one chunk per core), with plans per second per core.
+(the process pinned to one core; the search runs one chunk per core at once),
+with plans per second per core.
 
 Usage, from the repository root (about a minute a job on 2 CPU cores)::
 
@@ -16,6 +17,7 @@ Usage, from the repository root (about a minute a job on 2 CPU cores)::
 
 from __future__ import annotations
 
+import os
 import time
 
 from absl import app
@@ -70,11 +72,14 @@ def _time(program, space, eff, values) -> tuple[float, float]:
 
 def main(argv) -> None:
   del argv
+  # XLA spreads one call over every core it may use; pinned to one core, the
+  # figures are per core as the search uses them (one call per core at once).
+  os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
   from search._src import compile_cache  # pylint: disable=g-import-not-at-top
   from search._src import evaluate  # pylint: disable=g-import-not-at-top
   from search._src import shared  # pylint: disable=g-import-not-at-top
   chunk = evaluate.DEFAULT_CHUNK
-  print(f"{jax.devices()[0].device_kind}, {chunk:,}-row chunks, one core a chunk\n")
+  print(f"{jax.devices()[0].device_kind}, {chunk:,}-row chunks, the process pinned to one core\n")
   print("| job | families | program | compile (s) | one chunk (ms) | plans/s per core |")
   print("|---|---|---|---:|---:|---:|")
   for name in _JOBS.value:

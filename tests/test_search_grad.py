@@ -88,9 +88,17 @@ def test_gradient_matches_finite_differences(fs):
     assert close.mean() >= 0.8, (name, grad[:64, j], fd)
 
 
-def test_central_differences_of_the_search_match_the_reverse_gradient(fs):
-  """The search's loop takes central differences of the relaxed objective
-  (``RelaxConfig.gradient = "central"``); on smooth points they agree with
+# Median and smallest cosine to the reverse-mode gradient: central differences
+# are second-order accurate; forward differences (the default) first-order, so
+# the objective's curvature over the step h tilts them (median 0.95, least 0.69
+# at tau = 0.3 on these points): still descent directions.
+_AGREEMENT = {True: (0.9999, 0.8), False: (0.93, 0.6)}
+
+
+@pytest.mark.parametrize("central", [True, False])
+def test_finite_differences_of_the_search_match_the_reverse_gradient(fs, central):
+  """The search's loop takes forward (or central) differences of the relaxed
+  objective (``RelaxConfig.gradient``); on smooth points they agree with
   reverse-mode autodiff in every trainable column, and are zero elsewhere."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
@@ -103,9 +111,9 @@ def test_central_differences_of_the_search_match_the_reverse_gradient(fs):
   h = relax.RelaxConfig().fd_step
   # One program for both temperatures, compiled as the search's loop is.
   differences = jax.jit(
-      lambda v, tau: relax.central_differences(
+      lambda v, tau: relax.finite_differences(
           lambda row: relax._objective((fs.structure, fs), fs.job, fs.cluster, eff, row, tau,
-                                       10.0), v, cols, h),
+                                       10.0), v, cols, h, central=central),
       compiler_options=compile_cache.FAST_COMPILE)
   for tau in (0.3, 0.02):
     obj, step, penalty, grad = _objective_and_grad(fs, eff, x, np.full(32, tau), 10.0)
@@ -120,7 +128,8 @@ def test_central_differences_of_the_search_match_the_reverse_gradient(fs):
     # Where a relu kink of a penalty falls inside [x - h, x + h] (these points lie
     # beyond the box, across the constraints) the difference averages the two
     # sides: still a descent direction.
-    assert np.median(cos) > 0.9999 and np.all(cos > 0.8), (tau, np.sort(cos)[:8])
+    median, least = _AGREEMENT[central]
+    assert np.median(cos) > median and np.all(cos > least), (tau, np.sort(cos)[:8])
 
 
 def test_both_gradients_descend_and_bad_settings_are_refused(fs):
@@ -137,15 +146,17 @@ def test_both_gradients_descend_and_bad_settings_are_refused(fs):
   # The two gradients lead the starts to about the same relaxed optimum.
   best = {g: float(np.min(o.history_s)) for g, o in out.items()}
   assert best["central"] == pytest.approx(best["reverse"], rel=0.05)
-  with pytest.raises(ValueError, match="gradient='forward' is not one of"):
-    relax.run(fs, fs.job, fs.cluster, eff, x0, lo, hi, relax.RelaxConfig(gradient="forward"))
+  assert best["forward"] == pytest.approx(best["reverse"], rel=0.05)
+  with pytest.raises(ValueError, match="gradient='backward' is not one of"):
+    relax.run(fs, fs.job, fs.cluster, eff, x0, lo, hi, relax.RelaxConfig(gradient="backward"))
   with pytest.raises(ValueError, match="fd_step=0.0 must be > 0"):
     relax.run(fs, fs.job, fs.cluster, eff, x0, lo, hi, relax.RelaxConfig(fd_step=0.0))
 
 
 def test_a_short_loop_compiles_its_step_at_level_0_with_the_same_numbers(fs):
   cfg = relax.RelaxConfig(steps=10)
-  points = lambda rows: rows * (2 * len(relax.trainable(fs)) + 1) * cfg.steps
+  assert relax.points_per_start(5, "forward") == 6 and relax.points_per_start(5, "central") == 11
+  points = lambda rows: rows * (len(relax.trainable(fs)) + 1) * cfg.steps  # forward
   rows = relax.SMALL_LOOP_POINTS // points(1)
   small, small_opts = relax.step_program(fs, cfg, rows)
   large, large_opts = relax.step_program(fs, cfg, rows + 1)

@@ -125,7 +125,7 @@ def _exact_first(fs, cfg: relax.RelaxConfig, rows_per_device: int) -> bool:
   is a small central one (:func:`search._src.relax.small_loop`), whose level-0
   step compiles in about half the exact program's time (the default job, 2 CPU
   cores, 2026-12-03: 3.7 and 7.2 s), so the exact program finished last."""
-  return cfg.gradient == "central" and relax.small_loop(fs, cfg, rows_per_device)
+  return cfg.gradient in relax.FINITE_DIFFERENCES and relax.small_loop(fs, cfg, rows_per_device)
 
 
 def _warm(pool, ev: evaluate.Evaluator, events, exact_first: bool):

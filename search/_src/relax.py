@@ -14,10 +14,11 @@ with a cosine-decayed learning rate updates every start; after each update the
 parameters are projected onto their box (``lo <= x <= hi``; categorical
 entries have ``lo == hi``).
 
-The gradient is taken by central differences (``RelaxConfig.gradient =
-"central"``, the default): each step is one jitted forward program over every
-start and its ``2k`` neighbours along the ``k`` trainable variables, called once
-per step. With ``"reverse"`` it is ``jax.grad`` and the whole loop one
+The gradient is taken by forward differences (``RelaxConfig.gradient =
+"forward"``, the default): each step is one jitted forward program over every
+start and its ``k`` neighbours along the ``k`` trainable variables, called once
+per step; ``"central"`` takes the ``2k`` neighbours on both sides (second-order
+accurate, twice the points). With ``"reverse"`` it is ``jax.grad`` and the whole loop one
 ``jax.lax.scan`` inside ``jax.jit``. Starts are a leading batch axis (``vmap``),
 which can be sharded over devices (:func:`search._src.sharding.shard_starts`).
 """
@@ -49,10 +50,11 @@ class RelaxConfig(NamedTuple):
     tau_start, tau_end: Smoothing temperature at the first and last step.
     weight_start, weight_end: Penalty weight at the first and last step.
     feasible_tol: Penalty below which a relaxed point counts as feasible.
-    gradient: ``"central"``: central differences of the relaxed objective, one
-      forward program over ``2k + 1`` points per start (``k`` trainable
-      variables); ``"reverse"``: reverse-mode autodiff (``jax.grad``).
-    fd_step: Step of the central differences, in the relaxed parameters' units
+    gradient: ``"forward"``: forward differences of the relaxed objective,
+      one forward program over ``k + 1`` points per start (``k`` trainable
+      variables); ``"central"``: central differences, ``2k + 1`` points;
+      ``"reverse"``: reverse-mode autodiff (``jax.grad``).
+    fd_step: Step of the finite differences, in the relaxed parameters' units
       (log2 degrees, logits).
 
   100 steps, not more: on the benchmark's 24 enumerable problems (1.7-94 M
@@ -69,11 +71,13 @@ class RelaxConfig(NamedTuple):
   weight_start: float = 1.0
   weight_end: float = 100.0
   feasible_tol: float = 1e-3
-  gradient: str = "central"
+  gradient: str = "forward"
   fd_step: float = 1e-2
 
 
-GRADIENTS = ("central", "reverse")
+GRADIENTS = ("forward", "central", "reverse")
+# The gradients taken by finite differences: a loop of forward programs.
+FINITE_DIFFERENCES = ("forward", "central")
 
 
 class RelaxState(NamedTuple):
@@ -167,24 +171,37 @@ def trainable(fs) -> tuple[int, ...]:
                if v.kind != space_lib.CAT and len(v.options) > 1)
 
 
-def central_differences(f, x: jax.Array, columns: tuple[int, ...], h: float):
-  """``f``'s value at each row of ``x`` [S, V] and its gradient by central
-  differences in ``columns`` (zero elsewhere).
+def points_per_start(k: int, gradient: str) -> int:
+  """Points a finite-difference step evaluates per start with ``k`` trainable
+  variables: the start and its neighbours (``+h`` along each variable;
+  ``central``: ``-h`` too)."""
+  return (2 if gradient == "central" else 1) * k + 1
 
-  ``f(row) -> (loss, aux)``; the ``2k + 1`` points of a row (itself and
-  ``+-h`` along each of the ``k`` columns) are one batch of the forward
-  program. Returns ``(loss [S], aux of the rows, grad [S, V])``.
+
+def finite_differences(f, x: jax.Array, columns: tuple[int, ...], h: float,
+                       central: bool = False):
+  """``f``'s value at each row of ``x`` [S, V] and its gradient by forward (or
+  ``central``) differences in ``columns`` (zero elsewhere).
+
+  ``f(row) -> (loss, aux)``; the points of a row (itself and ``+h``, and with
+  ``central`` ``-h``, along each of the ``k`` columns:
+  :func:`points_per_start`) are one batch of the forward program. Returns
+  ``(loss [S], aux of the rows, grad [S, V])``.
   """
   k = len(columns)
   shift = np.zeros((k, x.shape[-1]), np.float32)
   shift[np.arange(k), list(columns)] = h
-  points = jnp.concatenate([x[:, None, :], x[:, None, :] + shift, x[:, None, :] - shift], 1)
-  # One vmap over the S x (2k + 1) points: nested vmaps trace each operation
+  sides = [x[:, None, :] + shift] + ([x[:, None, :] - shift] if central else [])
+  points = jnp.concatenate([x[:, None, :], *sides], 1)
+  # One vmap over the S x points: nested vmaps trace each operation
   # through two batching layers (the default job's step traced in 2.4 s, now 1.9 s).
   s, p = points.shape[:2]
   loss, aux = jax.vmap(f)(points.reshape(s * p, points.shape[-1]))
   loss, aux = jax.tree.map(lambda a: a.reshape(s, p, *a.shape[1:]), (loss, aux))
-  diff = (loss[:, 1:k + 1] - loss[:, k + 1:]) / (2.0 * h)
+  if central:
+    diff = (loss[:, 1:k + 1] - loss[:, k + 1:]) / (2.0 * h)
+  else:
+    diff = (loss[:, 1:k + 1] - loss[:, :1]) / h
   grad = jnp.zeros_like(x).at[:, list(columns)].set(diff) if k else jnp.zeros_like(x)
   return loss[:, 0], jax.tree.map(lambda a: a[:, 0], aux), grad
 
@@ -205,7 +222,8 @@ def update(fs_static, cfg: RelaxConfig, job, cluster, eff, inputs: RelaxInputs,
     mask[list(columns)] = 1.0
     grads = grads * mask
   else:  # zero outside ``columns`` already
-    _, (step, penalty), grads = central_differences(objective, state.x, columns, cfg.fd_step)
+    _, (step, penalty), grads = finite_differences(objective, state.x, columns, cfg.fd_step,
+                                                   central=cfg.gradient == "central")
   grads = jnp.where(jnp.isfinite(grads), grads, 0.0)
   updates, opt_state = jax.vmap(opt.update)(grads, state.opt_state, state.x)
   x = jnp.clip(optax.apply_updates(state.x, updates), inputs.lo, inputs.hi)
@@ -279,20 +297,21 @@ def _run(static, cfg, job, cluster, eff, x0, lo, hi):
 
 
 # The reverse-mode loop compiles the gradient graph: large, run little, so at
-# level 0, as one scan. The central-difference step compiles the forward graph
-# but runs it on 2k + 1 points per start, as a program of one step that Python
-# calls ``steps`` times (a scan of it doubled its compilation). Level 1 halves
-# a step's run time and triples its compilation, so a loop of few point
-# evaluations per device compiles at level 0. With 16 starts (2026-12-03, 2
-# cores) the default job has 33,600 points a core (level 0: cold 13.3 s, warm
-# 2.2 s; level 1: 14.4 s and 1.6 s) and PPO 70B 93,600 (level 0: cold 45.7 s,
-# warm 20.7 s; level 1: 48.1 s and 17.4 s): level 0 earns its warm cost back
-# below about 50,000 points.
-SMALL_LOOP_POINTS = 50_000
+# level 0, as one scan. The finite-difference step compiles the forward graph
+# but runs it on k + 1 (central: 2k + 1) points per start, as a program of one
+# step that Python calls ``steps`` times (a scan of it doubled its
+# compilation). Level 1 halves a step's run time and costs more to compile, so
+# a loop of few point evaluations per device compiles at level 0. Forward
+# differences, 16 starts a family (2026-12-05, 2 cores): DeepSeek-V3 on 16,384
+# GPUs has 19,200 points a core (level 0: cold 11.1 s, warm 3.0-3.1 s; level 1:
+# 11.6 s and 2.3 s), PPO 70B 48,000 (level 0: 15.0 s and 3.6-3.8 s; level 1:
+# 16.0 s and 2.6-2.7 s). Level 1 saves 0.75 s a run for 0.5 s more compilation
+# at 19,200 points: level 0 pays below about 13,000.
+SMALL_LOOP_POINTS = 13_000
 
 
-def _central_step_of(static, cfg, job, cluster, eff, inputs, state):
-  """One central-difference step: the new state, the point it evaluated, that
+def _fd_step_of(static, cfg, job, cluster, eff, inputs, state):
+  """One finite-difference step: the new state, the point it evaluated, that
   point's step time, penalty and relaxed values, and the best nearly feasible
   step time among the starts."""
   fs_static = (static.fs.structure, static.fs)
@@ -302,18 +321,20 @@ def _central_step_of(static, cfg, job, cluster, eff, inputs, state):
 
 
 _STEP_PROGRAMS = {
-    small: (jax.jit(_central_step_of, static_argnames=("static", "cfg"), compiler_options=opts),
+    small: (jax.jit(_fd_step_of, static_argnames=("static", "cfg"), compiler_options=opts),
             opts)
     for small, opts in ((True, compile_cache.FAST_COMPILE), (False, compile_cache.FORWARD))}
 
 
 def small_loop(fs, cfg: RelaxConfig, rows_per_device: int) -> bool:
-  """Whether a central loop makes at most :data:`SMALL_LOOP_POINTS` evaluations a device."""
-  return rows_per_device * (2 * len(trainable(fs)) + 1) * cfg.steps <= SMALL_LOOP_POINTS
+  """Whether a finite-difference loop makes at most :data:`SMALL_LOOP_POINTS`
+  evaluations a device."""
+  points = points_per_start(len(trainable(fs)), cfg.gradient)
+  return rows_per_device * points * cfg.steps <= SMALL_LOOP_POINTS
 
 
 def step_program(fs, cfg: RelaxConfig, rows_per_device: int):
-  """The jitted central step for ``rows_per_device`` starts a device, and its
+  """The jitted finite-difference step for ``rows_per_device`` starts a device, and its
   XLA options (level 0 for a :func:`small_loop`)."""
   return _STEP_PROGRAMS[small_loop(fs, cfg, rows_per_device)]
 
@@ -373,14 +394,14 @@ def run(fs: space_lib.FamilySpace, job: cm.RLJob, cluster: cm.Cluster, eff: cm.E
                            (job, cluster, eff, x0s, los, his), _FAST_COMPILE,
                            on_traced=on_traced)
   else:
-    out = _central_loop(static, cfg, job, cluster, eff, x0s, los, his, on_traced)
+    out = _fd_loop(static, cfg, job, cluster, eff, x0s, los, his, on_traced)
   x, values, step, penalty, history = (np.asarray(a) for a in out)
   return RelaxOutput(x=x[:s], values=values[:s], step_time_s=step[:s], penalty=penalty[:s],
                      history_s=history)
 
 
-def _central_loop(static, cfg, job, cluster, eff, x0, lo, hi, on_traced):
-  """The central-difference loop: the step program called ``cfg.steps`` times
+def _fd_loop(static, cfg, job, cluster, eff, x0, lo, hi, on_traced):
+  """The finite-difference loop: the step program called ``cfg.steps`` times
   (its arrays stay on the devices; one transfer at the end)."""
   state = init(cfg, x0)
   if jax.device_count() == 1:
@@ -390,7 +411,7 @@ def _central_loop(static, cfg, job, cluster, eff, x0, lo, hi, on_traced):
   inputs = RelaxInputs(lo=lo, hi=hi)
   args = (job, cluster, eff, inputs, state)
   program, options = step_program(static.fs, cfg, -(-x0.shape[0] // jax.device_count()))
-  step_fn = trace_cache.compiled("relax_central_step", program, (static, cfg),
+  step_fn = trace_cache.compiled("relax_fd_step", program, (static, cfg),
                                  (static.key, cfg), args, options, on_traced=on_traced)
   history = []
   for _ in range(cfg.steps):

@@ -332,47 +332,70 @@ def block_sweep(ev: evaluate.Evaluator, ranked: Ranked, plans: int = 2, rounds: 
       masks[key] = fs.valid_replacing(cur, idx, grid)
     return cand[masks[key]]
 
-  # A block's sweep depends only on the plan's other variables: a sweep met
-  # again (a later round after the block alone changed, or another start that
-  # reached the same plan) has the same best row, which is reused unscored.
+  def scored(sets):
+    """Scores of several row sets, in one call, split back per set."""
+    sizes = [len(c) for c in sets]
+    if not sum(sizes):
+      return [None] * len(sets)
+    s = ev.scores(np.concatenate(sets, 0))
+    parts = [np.split(a, np.cumsum(sizes)[:-1]) for a in s]
+    return [type(s)(*(p[j] for p in parts)) for j in range(len(sets))]
+
+  def coupled_tries(col, cand, s):
+    """Rows of ``cand`` whose role does not fit beside the engines, the
+    fastest :data:`COUPLED_TRIES`, at every engine memory fraction."""
+    over = np.flatnonzero(~s.feasible & np.isfinite(s.step_time_s))
+    fastest = over[np.argsort(s.step_time_s[over], kind="stable")[:COUPLED_TRIES]]
+    opts = fs.vars[col].options
+    more = np.repeat(cand[fastest], len(opts), 0)
+    more[:, col] = np.tile(opts, len(fastest))
+    return more[fs.valid(more, blocks=("engine",))]  # the rest is valid
+
+  # The starts move in step, block by block, each block's sweeps of every start
+  # scored in one call. A block's sweep depends only on the plan's other
+  # variables: a sweep met again (a later round after the block alone changed,
+  # or another start that reached the same plan) has the same best row, which
+  # is reused unscored.
   swept: dict = {}
-  for row in start:
-    cur = np.asarray(row, np.float64)
-    s = ev.scores(cur[None])
-    cur_o = float(result_lib.objective(s.step_time_s, s.feasible, s.excess)[0])
-    cur_valid = bool(fs.valid(cur[None])[0])
-    for _ in range(rounds):
-      improved = False
-      for block, (idx, grid) in grids.items():
-        key = (block, cur_valid, np.delete(cur, idx).tobytes())
-        if key in swept:
-          best, best_o = swept[key]
-          if best_o < cur_o * (1 - 1e-6):
-            cur, cur_o, improved, cur_valid = best, best_o, True, True
-          continue
-        cand = valid_grid(block, idx, grid, cur, cur_valid)
-        if not len(cand):
-          swept[key] = (cur, np.inf)
-          continue
-        s = ev.scores(cand)
-        col = coupled[block]
-        over = np.flatnonzero(~s.feasible & np.isfinite(s.step_time_s))
-        if col is not None and len(over):
-          fastest = over[np.argsort(s.step_time_s[over], kind="stable")[:COUPLED_TRIES]]
-          opts = fs.vars[col].options
-          more = np.repeat(cand[fastest], len(opts), 0)
-          more[:, col] = np.tile(opts, len(fastest))
-          more = more[fs.valid(more, blocks=("engine",))]  # the rest is valid
-          if len(more):
-            s2 = ev.scores(more)
-            cand = np.concatenate([cand, more], 0)
-            s = type(s)(*(np.concatenate([a, b]) for a, b in zip(s, s2, strict=True)))
-        visited.append(Ranked(cand, s.step_time_s, s.feasible, s.excess))
-        o = result_lib.objective(s.step_time_s, s.feasible, s.excess)
+  curs = [np.asarray(row, np.float64) for row in start]
+  if not curs:
+    return result_lib.rank(*visited, keep=result_lib.KEEP)
+  s = ev.scores(np.stack(curs))
+  cur_o = [float(o) for o in result_lib.objective(s.step_time_s, s.feasible, s.excess)]
+  cur_valid = [bool(v) for v in fs.valid(np.stack(curs))]
+  active = list(range(len(curs)))
+  for _ in range(rounds):
+    improved = set()
+    for block, (idx, grid) in grids.items():
+      keys, todo = {}, {}
+      for i in active:
+        keys[i] = key = (block, cur_valid[i], np.delete(curs[i], idx).tobytes())
+        if key not in swept and key not in todo:
+          todo[key] = valid_grid(block, idx, grid, curs[i], cur_valid[i])
+      for key in [k for k, c in todo.items() if not len(c)]:
+        swept[key] = (None, np.inf)
+        del todo[key]
+      cands = list(todo.values())
+      scores = scored(cands)
+      col = coupled[block]
+      if col is not None and todo:
+        more = [coupled_tries(col, c, sc) for c, sc in zip(cands, scores, strict=True)]
+        for j, s2 in enumerate(scored(more)):
+          if s2 is not None and len(more[j]):
+            cands[j] = np.concatenate([cands[j], more[j]], 0)
+            scores[j] = type(s2)(*(np.concatenate([a, b])
+                                   for a, b in zip(scores[j], s2, strict=True)))
+      for key, cand, sc in zip(todo, cands, scores, strict=True):
+        visited.append(Ranked(cand, sc.step_time_s, sc.feasible, sc.excess))
+        o = result_lib.objective(sc.step_time_s, sc.feasible, sc.excess)
         k = int(np.argmin(o))
         swept[key] = (cand[k], float(o[k]))
-        if o[k] < cur_o * (1 - 1e-6):
-          cur, cur_o, improved, cur_valid = cand[k], float(o[k]), True, True
-      if not improved:
-        break
+      for i in active:
+        best, best_o = swept[keys[i]]
+        if best_o < cur_o[i] * (1 - 1e-6):
+          curs[i], cur_o[i], cur_valid[i] = best, best_o, True
+          improved.add(i)
+    active = [i for i in active if i in improved]
+    if not active:
+      break
   return result_lib.rank(*visited, keep=result_lib.KEEP)
