@@ -167,9 +167,9 @@ def test_search_of_two_families_matches_each_familys_own(search_job, cluster_2x8
   assert both.best_estimate.step_time_s <= split_search.best_estimate.step_time_s * 1.02
 
 
-def test_a_small_central_loop_starts_once_the_exact_program_is_traced(shared, spaces,
+def test_a_small_finite_difference_loop_starts_once_the_exact_program_is_traced(shared, spaces,
                                                                      monkeypatch):
-  # A small central loop's level-0 step compiles sooner than the exact program,
+  # A small finite-difference loop's level-0 step compiles sooner than the exact program,
   # so the exact program is traced (and starts compiling) first; a reverse-mode
   # loop or a long one goes first instead.
   small = relax.RelaxConfig(steps=60)

@@ -22,7 +22,7 @@ from __future__ import annotations
 FAST_COMPILE = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0}
 
 # Forward programs run many times (the search's exact evaluator, its relaxed
-# step by central differences): the classic emitters at backend optimisation
+# step by finite differences): the classic emitters at backend optimisation
 # level 1, about half the compile time of XLA's defaults and 2-2.5x the
 # throughput of level 0 (measured values in :mod:`search._src.evaluate` and
 # :mod:`search._src.relax`).
