@@ -14,6 +14,7 @@ import pytest
 
 import costmodel as cm
 import search
+from search._src import block_sweep
 from search._src import compile_cache
 from search._src import evaluate
 from search._src import relax
@@ -194,7 +195,7 @@ def test_block_sweep_finds_the_best_of_each_block(search_job, cluster_2x8, compa
   k = len(ranked.values) // 2  # a middling plan
   one = result_lib.Ranked(*(a[k:k + 1] for a in ranked))
   start = one.values[0]
-  swept = rounding.block_sweep(ev, one, plans=1, rounds=1)
+  swept = block_sweep.block_sweep(ev, one, plans=1, rounds=1)
   # By hand: the best plan that differs from ``start`` in the engine block only.
   idx = list(dict(fs.blocks)["engine"])
   grid = np.asarray(list(itertools.product(*[fs.vars[j].options for j in idx])))
@@ -206,7 +207,30 @@ def test_block_sweep_finds_the_best_of_each_block(search_job, cluster_2x8, compa
   assert swept.objective[0] <= best_engine * (1 + 1e-6)
   assert swept.objective[0] <= one.objective[0]
   with pytest.raises(ValueError, match="plans=0"):
-    rounding.block_sweep(ev, one, plans=0)
+    block_sweep.block_sweep(ev, one, plans=0)
+
+
+def test_block_sweep_scores_no_sweep_twice_and_moves_starts_in_step(search_job, cluster_2x8,
+                                                                      compact_space):
+  fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)
+  x0 = fs.init_relaxed(np.random.default_rng(3), 8)[0]
+  cand = rounding.candidates(fs, np.asarray(jax.vmap(fs.relaxed_values)(x0)),
+                             np.random.default_rng(3), corners=0)
+  ev = evaluate.Evaluator(fs, chunk=256, full=True)
+  ranked = rounding.score(ev, cand)
+  worst = result_lib.Ranked(*(a[-6:] for a in ranked))  # plans far from block-optimal
+  calls = []
+  scores = ev.scores
+  ev.scores = lambda values, **kw: (calls.append(np.asarray(values)), scores(values, **kw))[1]
+  swept = block_sweep.block_sweep(ev, worst, plans=3, rounds=4)
+  # One call scores the starts, then at most one a block per round (two with the
+  # engine memory fractions retried), whatever the number of starts.
+  blocks = [b for b, _ in fs.blocks]
+  assert len(calls) <= 1 + 2 * len(blocks) * 4
+  # No row set is scored twice: a sweep met again reuses its best row.
+  sets = [frozenset(r.tobytes() for r in c) for c in calls[1:]]
+  assert len(sets) == len(set(sets))
+  assert swept.objective[0] <= worst.objective.min()
 
 
 @pytest.mark.parametrize("family", ["colocated", "split3"])
@@ -258,7 +282,7 @@ def test_block_sweep_moves_the_pool_sizes_and_sweeps_extra_splits(search_job, cl
   ranked = rounding.score(ev, baselines_sample(fs, 64))
   one = result_lib.Ranked(*(a[-1:] for a in ranked))  # the worst sampled plan
   start = one.values[0]
-  swept = rounding.block_sweep(ev, one, plans=1, rounds=1)
+  swept = block_sweep.block_sweep(ev, one, plans=1, rounds=1)
   # By hand: the best plan that differs from ``start`` in its pool sizes only.
   idx = list(dict(fs.blocks)["pools"])
   grid = np.asarray(list(itertools.product(*[fs.vars[j].options for j in idx])))
@@ -276,8 +300,8 @@ def test_block_sweep_moves_the_pool_sizes_and_sweeps_extra_splits(search_job, cl
   other = next(i for i in range(len(ranked.values))
                if pools_of(ranked.values[i]) != pools_of(start))
   extra = result_lib.Ranked(*(a[other:other + 1] for a in ranked))
-  alone = rounding.block_sweep(ev, extra, plans=1, rounds=1)
-  both = rounding.block_sweep(ev, one, plans=1, rounds=1, extra=extra)
+  alone = block_sweep.block_sweep(ev, extra, plans=1, rounds=1)
+  both = block_sweep.block_sweep(ev, one, plans=1, rounds=1, extra=extra)
   assert both.objective[0] <= min(alone.objective[0], swept.objective[0]) * (1 + 1e-6)
 
 
@@ -311,9 +335,9 @@ def test_stage_scores_match_whole_estimates(search_job, cluster_2x8, compact_spa
 def test_block_sweep_couples_a_colocated_role_with_the_engines_memory(search_job, cluster_2x8):
   colocated = space_lib.build("colocated", search_job, cluster_2x8)
   split = space_lib.build(FAMILY, search_job, cluster_2x8)
-  assert rounding._coupled(colocated, "actor") == colocated.index("engine.memory_fraction")
-  assert rounding._coupled(colocated, "engine") is None
-  assert rounding._coupled(split, "actor") is None  # the actor trains on its own pool
+  assert block_sweep._coupled(colocated, "actor") == colocated.index("engine.memory_fraction")
+  assert block_sweep._coupled(colocated, "engine") is None
+  assert block_sweep._coupled(split, "actor") is None  # the actor trains on its own pool
 
 
 def test_ranking_rows_never_build_the_whole_estimate_program(search_job, cluster_2x8,

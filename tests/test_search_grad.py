@@ -8,6 +8,7 @@ import pytest
 
 import costmodel as cm
 from search._src import compile_cache
+from search._src import differences
 from search._src import relax
 from search._src import space as space_lib
 
@@ -110,14 +111,14 @@ def test_finite_differences_of_the_search_match_the_reverse_gradient(fs, central
   assert all(fs.vars[j].kind != space_lib.CAT and len(fs.vars[j].options) > 1 for j in cols)
   h = relax.RelaxConfig().fd_step
   # One program for both temperatures, compiled as the search's loop is.
-  differences = jax.jit(
-      lambda v, tau: relax.finite_differences(
+  program = jax.jit(
+      lambda v, tau: differences.finite_differences(
           lambda row: relax._objective((fs.structure, fs), fs.job, fs.cluster, eff, row, tau,
                                        10.0), v, cols, h, central=central),
       compiler_options=compile_cache.FAST_COMPILE)
   for tau in (0.3, 0.02):
     obj, step, penalty, grad = _objective_and_grad(fs, eff, x, np.full(32, tau), 10.0)
-    loss, (fstep, fpen), fd = differences(jnp.asarray(x, jnp.float32), jnp.float32(tau))
+    loss, (fstep, fpen), fd = program(jnp.asarray(x, jnp.float32), jnp.float32(tau))
     np.testing.assert_allclose(np.asarray(loss), obj, rtol=1e-5)
     np.testing.assert_allclose(np.asarray(fstep), step, rtol=1e-5)
     fd = np.asarray(fd)
@@ -155,7 +156,8 @@ def test_both_gradients_descend_and_bad_settings_are_refused(fs):
 
 def test_a_short_loop_compiles_its_step_at_level_0_with_the_same_numbers(fs):
   cfg = relax.RelaxConfig(steps=10)
-  assert relax.points_per_start(5, "forward") == 6 and relax.points_per_start(5, "central") == 11
+  assert differences.points_per_start(5, "forward") == 6
+  assert differences.points_per_start(5, "central") == 11
   points = lambda rows: rows * (len(relax.trainable(fs)) + 1) * cfg.steps  # forward
   rows = relax.SMALL_LOOP_POINTS // points(1)
   small, small_opts = relax.step_program(fs, cfg, rows)

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import costmodel as cm
+from search._src import block_sweep
 from search._src import cut_dp
 from search._src import evaluate
 from search._src import relax
@@ -107,7 +108,8 @@ def at_starts(space, x0: np.ndarray) -> relax.RelaxOutput:
   x0 = np.asarray(x0, np.float32)
   nan = np.full(len(x0), np.nan)
   steps = (0, len(space.spaces)) if isinstance(space, shared_lib.SharedSpace) else (0,)
-  return relax.RelaxOutput(x=x0, values=np.asarray(_values_at(relax.Static(space), jnp.asarray(x0))),
+  values = np.asarray(_values_at(relax.Static(space), jnp.asarray(x0)))
+  return relax.RelaxOutput(x=x0, values=values,
                            step_time_s=nan, penalty=nan, history_s=np.zeros(steps))
 
 
@@ -170,7 +172,7 @@ def discrete(fs: space_lib.FamilySpace, ev: evaluate.Evaluator, out: relax.Relax
   ranked = rounding.local_search(ev, result_lib.Ranked(*(a[:seeds] for a in ranked)))
   # The DP's own best pool splits are swept too: the relaxed candidates'
   # splits would otherwise crowd them out of the sweep's starts.
-  swept = rounding.block_sweep(ev, ranked, rng=rng, extra=dp_ranked if len(dp) else None)
+  swept = block_sweep.block_sweep(ev, ranked, rng=rng, extra=dp_ranked if len(dp) else None)
   if swept.objective[0] < ranked.objective[0] * (1 - 1e-6):
     ranked = rounding.local_search(ev, result_lib.Ranked(*(a[:4] for a in swept)))
     ranked = result_lib.rank(ranked, swept, keep=result_lib.KEEP)

@@ -15,7 +15,7 @@ For each placement family (enumerated, see :mod:`search._src.space`):
 4. from the best plan, the best of another pool split and the DP's two best
    splits, the pool sizes, each role's layout and the engines' are swept whole
    (every valid combination of that block, the rest held;
-   :func:`~search._src.rounding.block_sweep`), and an improved plan is
+   :func:`~search._src.block_sweep.block_sweep`), and an improved plan is
    refined by the local search again.
 
 The families of a job share one relaxed loop and one exact program
