@@ -161,15 +161,18 @@ def report(data: dict, date: str) -> str:
   """The markdown section of the large-space benchmark."""
   warm, cold = data["warm"], data["cold"]
   lines = [f"## {date}: large spaces, gradient search vs baselines at equal wall time", ""]
-  lines += ["| job | families | valid plans (sum over families) | seeds warm | median warm "
-            "budget (s) | load avg |", "|---|---|---:|---:|---:|---:|"]
+  if warm:
+    lines += ["| job | families | valid plans (sum over families) | seeds warm | median warm "
+              "budget (s) | load avg |", "|---|---|---:|---:|---:|---:|"]
   for w in warm:
     b = np.median([r["budget_s"] for r in w["rows"]])
     lines.append(f"| {w['name']} | {', '.join(w['families'])} | {sum(w['sizes'].values()):.2e} "
                  f"| {len(w['rows'])} | {b:.1f} | {w['load']:.1f} |")
   rows = [dict(r, name=w["name"]) for w in warm for r in w["rows"]]
-  lines += ["", f"Warm ({len(rows)} seed-job pairs): gap = step time found / the gradient "
-            "search's - 1 (positive: the alternative is slower).", ""] + _summary(rows)
+  lines += ["", "Gap = step time found / the gradient search's - 1 (positive: the "
+            "alternative is slower)."]
+  if rows:
+    lines += ["", f"Warm ({len(rows)} seed-job pairs):", ""] + _summary(rows)
   if cold:
     lines += ["", f"Cold ({len(cold)} seed-job pairs, budget = the gradient search's cold wall "
               "time incl. compilation):", ""] + _summary(cold)
