@@ -74,6 +74,9 @@ def main(argv) -> None:
   del argv
   # XLA spreads one call over every core it may use; pinned to one core, the
   # figures are per core as the search uses them (one call per core at once).
+  if not hasattr(os, "sched_setaffinity"):
+    raise SystemExit("search_scorer: this system cannot pin a process to one core "
+                     "(os.sched_setaffinity, Linux only), so it cannot time one core")
   os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
   from search._src import compile_cache  # pylint: disable=g-import-not-at-top
   from search._src import evaluate  # pylint: disable=g-import-not-at-top

@@ -156,8 +156,8 @@ def test_both_gradients_descend_and_bad_settings_are_refused(fs):
 
 def test_a_short_loop_compiles_its_step_at_level_0_with_the_same_numbers(fs):
   cfg = relax.RelaxConfig(steps=10)
-  assert differences.points_per_start(5, "forward") == 6
-  assert differences.points_per_start(5, "central") == 11
+  assert differences.points_per_start(5) == 6
+  assert differences.points_per_start(5, central=True) == 11
   points = lambda rows: rows * (len(relax.trainable(fs)) + 1) * cfg.steps  # forward
   rows = relax.SMALL_LOOP_POINTS // points(1)
   small, small_opts = relax.step_program(fs, cfg, rows)

@@ -13,11 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def points_per_start(k: int, gradient: str) -> int:
+def points_per_start(k: int, central: bool = False) -> int:
   """Points a finite-difference step evaluates per start with ``k`` trainable
   variables: the start and its neighbours (``+h`` along each variable;
   ``central``: ``-h`` too)."""
-  return (2 if gradient == "central" else 1) * k + 1
+  return (2 if central else 1) * k + 1
 
 
 def finite_differences(f, x: jax.Array, columns: tuple[int, ...], h: float,

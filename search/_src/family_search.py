@@ -124,9 +124,10 @@ def _rng(fs: space_lib.FamilySpace, seed: int) -> np.random.Generator:
 
 def _exact_first(fs, cfg: relax.RelaxConfig, rows_per_device: int) -> bool:
   """Whether the exact program should compile before the relaxed loop: the loop
-  is a small central one (:func:`search._src.relax.small_loop`), whose level-0
-  step compiles in about half the exact program's time (the default job, 2 CPU
-  cores, 2026-12-03: 3.7 and 7.2 s), so the exact program finished last."""
+  is a small finite-difference one (:func:`search._src.relax.small_loop`),
+  whose level-0 step compiles in about half the exact program's time (the
+  default job, 2 CPU cores, 2026-12-03: 3.7 and 7.2 s), so the exact program
+  finished last."""
   return cfg.gradient in relax.FINITE_DIFFERENCES and relax.small_loop(fs, cfg, rows_per_device)
 
 

@@ -18,9 +18,10 @@ The gradient is taken by forward differences (``RelaxConfig.gradient =
 "forward"``, the default): each step is one jitted forward program over every
 start and its ``k`` neighbours along the ``k`` trainable variables, called once
 per step; ``"central"`` takes the ``2k`` neighbours on both sides (second-order
-accurate, twice the points). With ``"reverse"`` it is ``jax.grad`` and the whole loop one
-``jax.lax.scan`` inside ``jax.jit``. Starts are a leading batch axis (``vmap``),
-which can be sharded over devices (:func:`search._src.sharding.shard_starts`).
+accurate, twice the points). With ``"reverse"`` it is ``jax.grad`` and the whole
+loop one ``jax.lax.scan`` inside ``jax.jit``. Starts are a leading batch axis
+(``vmap``), which can be sharded over devices
+(:func:`search._src.sharding.shard_starts`).
 """
 
 from __future__ import annotations
@@ -295,13 +296,13 @@ _STEP_PROGRAMS = {
 def small_loop(fs, cfg: RelaxConfig, rows_per_device: int) -> bool:
   """Whether a finite-difference loop makes at most :data:`SMALL_LOOP_POINTS`
   evaluations a device."""
-  points = differences.points_per_start(len(trainable(fs)), cfg.gradient)
+  points = differences.points_per_start(len(trainable(fs)), central=cfg.gradient == "central")
   return rows_per_device * points * cfg.steps <= SMALL_LOOP_POINTS
 
 
 def step_program(fs, cfg: RelaxConfig, rows_per_device: int):
-  """The jitted finite-difference step for ``rows_per_device`` starts a device, and its
-  XLA options (level 0 for a :func:`small_loop`)."""
+  """The jitted finite-difference step for ``rows_per_device`` starts a device,
+  and its XLA options (level 0 for a :func:`small_loop`)."""
   return _STEP_PROGRAMS[small_loop(fs, cfg, rows_per_device)]
 
 

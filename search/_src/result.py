@@ -57,14 +57,14 @@ def rank(*parts: Ranked, keep: int | None = None) -> Ranked:
   """The rows of ``parts`` together, ordered by :func:`ranking`, each distinct
   value vector once (its best-ranked copy); with ``keep``, the best ``keep``
   of them only (copies are looked for among the best rows alone)."""
-  v, t, f, x = (np.concatenate(a, 0) for a in zip(*parts, strict=True))
-  order = ranking(t, f, x)
   if keep is not None and keep < 1:
     raise ValueError(f"rank: keep={keep} must be >= 1")
+  v, t, f, x = (np.concatenate(a, 0) for a in zip(*parts, strict=True))
+  order = ranking(t, f, x)
   m = len(order) if keep is None else min(len(order), 2 * keep)
   while True:
     head = order[:m]
-    first = first_copies(v[head]) if m else np.zeros(0, np.int64)
+    first = first_copies(v[head])
     if keep is None or len(first) >= keep or m == len(order):
       break
     m = min(len(order), 4 * m)

@@ -197,22 +197,27 @@ class FamilyValidity:
     total = sum(self.col(values, f"pool.{p}") for p in self.structure.pools)
     return {"total": total, "cluster_gpus": float(self.cluster.n_gpus)}
 
+  def _violation(self, scope: str, fields: dict, rule: str) -> np.ndarray:
+    """By how much each row breaks the table's rule ``rule`` (0: it holds)."""
+    return cm.rule_violations(scope, fields, self.structure.rule_sets, only=(rule,))[rule]
+
   def _violated(self, scope: str, fields: dict, rule: str) -> np.ndarray:
     """Rows that break the table's rule ``rule``."""
-    return cm.rule_violations(scope, fields, self.structure.rule_sets, only=(rule,))[rule] > 0
+    return self._violation(scope, fields, rule) > 0
 
   def _shrink_pools(self, v: np.ndarray) -> None:
     """Oversized pools shrink in place: the largest pool (the first of equals)
     steps down its options until the pools fit the cluster or another pool is
     the largest, which then steps down. Each run of steps of one pool is one
     jump: to the largest option below it at which the pools fit or it is no
-    longer the largest (its smallest option when neither comes). Whether
-    the pools fit is the rule table's ``pools_within_cluster``."""
+    longer the largest (its smallest option when neither comes). The rule
+    table's ``pools_within_cluster`` says by how many GPUs the pools exceed
+    the cluster: the pool fits that many GPUs smaller."""
     pool_names = [f"pool.{p}" for p in self.structure.pools]
     cols = [self.index(p) for p in pool_names]
-    n_gpus = float(self.cluster.n_gpus)
     for _ in range(len(pool_names) * max(len(self.var(p).options) for p in pool_names)):
-      over = self._violated("pools", self._pools_fields(v), "pools_within_cluster")
+      excess = self._violation("pools", self._pools_fields(v), "pools_within_cluster")
+      over = excess > 0
       if not over.any():
         return
       sizes = v[..., cols]
@@ -224,7 +229,7 @@ class FamilyValidity:
           continue
         x, rest = sizes[sel][:, k], np.delete(sizes[sel], k, -1)
         opts = np.asarray(self.var(p).options, np.float64)
-        fits = n_gpus - rest.sum(-1)  # the largest size at which the pools fit
+        fits = x - excess[sel]  # the largest size at which the pools fit
         before = rest[:, :k].max(-1) if k else np.full(len(x), -np.inf)
         after = rest[:, k:].max(-1) if k < len(pool_names) - 1 else np.full(len(x), -np.inf)
         # The largest option below x that fits, or at which an earlier pool is
