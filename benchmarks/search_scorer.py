@@ -3,11 +3,18 @@
 A search scores rows with two programs per job (:mod:`search._src.evaluate`):
 the ranking program (step time, feasibility, memory excess and per-stage
 durations; every row of the discrete phases) and the whole-estimate program
-(few rows: the top plans, the rules of thumb). For each headline job of
-:mod:`benchmarks.search_benchmark` this prints, per program, the compile time
-and the time of one 2,048-row chunk of its families' sampled plans on one core
-(the process pinned to one core; the search runs one chunk per core at once),
-with plans per second per core.
+(few rows: the top plans, the rules of thumb). The ranking program costs each
+stage once per distinct input of a chunk (:func:`costmodel.estimate_rows`), so
+its speed depends on the rows. For each headline job of
+:mod:`benchmarks.search_benchmark` this prints the compile time and the time of
+one 2,048-row chunk on one core (the process pinned to one core; the search runs
+one chunk per core at once), with plans per second per core, on three kinds of
+chunk: plans sampled from the families' valid spaces, block sweeps (one plan
+with one block's valid rows at its pool sizes, as the discrete phase's sweeps
+score them; the mean over every family's blocks) and one plan repeated (what the
+per-row assembly costs alone). The same ranking costed row by row (every stage
+on every row, as before 2026-12-05) and the whole-estimate program are timed on
+the sampled chunk.
 
 Usage, from the repository root (about a minute a job on 2 CPU cores)::
 
@@ -57,6 +64,40 @@ def _rows(space, chunk: int) -> np.ndarray:
   return np.concatenate(rows, 0)[:chunk]
 
 
+def _sweeps(space, chunk: int) -> list[np.ndarray]:
+  """Block sweeps of ``chunk`` rows: per family and block, a sampled plan with
+  the block's valid rows at the plan's pool sizes in turn (cycled to fill the
+  chunk, as a sweep of fewer rows is padded with copies)."""
+  from search._src import baselines  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(1)
+  out = []
+  for k, fs in enumerate(space.spaces):
+    blocks = baselines._Blocks(fs)
+    p = rng.choice(len(blocks.pools), p=blocks.counts / blocks.counts.sum())
+    j = int(rng.integers(blocks.counts[p]))
+    base = blocks.decode(p, j, j + 1)
+    for (_, idx), valid in zip(blocks.other, blocks.rows[p], strict=True):
+      rows = np.repeat(base, chunk, 0)
+      rows[:, list(idx)] = valid[np.arange(chunk) % len(valid)]
+      out.append(space.widen(k, rows))
+  return out
+
+
+def _row_by_row(space, job, cluster, eff, values):
+  """The ranking program costing every stage on every row (before 2026-12-05)."""
+  import costmodel as cm  # pylint: disable=g-import-not-at-top
+  from search._src import shared  # pylint: disable=g-import-not-at-top
+  from search._src import space as space_lib  # pylint: disable=g-import-not-at-top
+
+  def one(v):
+    ests = cm.estimate_shared(job, *shared.plans_of(space, v), cluster, eff)
+    return ests, tuple(space_lib.memory_excess(fs.structure, v[cols], est, job, cluster)
+                       for fs, cols, est in zip(space.spaces, space.columns, ests, strict=True))
+
+  ests, excess = jax.vmap(one)(values)
+  return shared.picked(space, values, ests, excess)
+
+
 def _time(program, space, eff, values) -> tuple[float, float]:
   args = (space, space.job, space.cluster, eff, jnp.asarray(values))
   t0 = time.perf_counter()
@@ -82,22 +123,31 @@ def main(argv) -> None:
   from search._src import evaluate  # pylint: disable=g-import-not-at-top
   from search._src import shared  # pylint: disable=g-import-not-at-top
   chunk = evaluate.DEFAULT_CHUNK
-  print(f"{jax.devices()[0].device_kind}, {chunk:,}-row chunks, the process pinned to one core\n")
-  print("| job | families | program | compile (s) | one chunk (ms) | plans/s per core |")
-  print("|---|---|---|---:|---:|---:|")
+  print(f"{jax.devices()[0].device_kind}, {chunk:,}-row chunks, the process pinned to one core; "
+        "plans/s per core\n")
+  print("| job | families | program | compile (s) | sampled (ms) | plans/s | block sweeps "
+        "(ms, mean) | plans/s | one plan repeated (ms) | plans/s |")
+  print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+  row_by_row = jax.jit(_row_by_row, static_argnums=0, compiler_options=compile_cache.FORWARD)
   for name in _JOBS.value:
     space, eff = _shared_space(name)
     values = _rows(space, chunk)
+    sweeps = _sweeps(space, chunk)
+    same = np.repeat(values[:1], chunk, 0)
     fams = ", ".join(fs.family for fs in space.spaces)
-    # The scorer of every row before the ranking program (2026-12-04): whole
-    # estimates compiled for throughput.
-    before = jax.jit(shared.estimates.__wrapped__, static_argnums=0,
-                     compiler_options=compile_cache.FORWARD)
-    for label, program in (("ranking", shared.ranking), ("whole estimates", shared.estimates),
-                           ("whole estimates, level 1 (before)", before)):
+    for label, program, kinds in (("ranking", shared.ranking, 3),
+                                  ("ranking, row by row (before)", row_by_row, 1),
+                                  ("whole estimates", shared.estimates, 1)):
       compile_s, call_s = _time(program, space, eff, values)
-      print(f"| {name} | {fams} | {label} | {compile_s:.1f} | {call_s * 1e3:.1f} | "
-            f"{chunk / call_s:,.0f} |")
+      cells = [f"{call_s * 1e3:.1f}", f"{chunk / call_s:,.0f}"]
+      if kinds == 3:
+        sweep_s = np.mean([_time(program, space, eff, rows)[1] for rows in sweeps])
+        same_s = _time(program, space, eff, same)[1]
+        cells += [f"{sweep_s * 1e3:.1f} ({len(sweeps)})", f"{chunk / sweep_s:,.0f}",
+                  f"{same_s * 1e3:.1f}", f"{chunk / same_s:,.0f}"]
+      else:
+        cells += ["", "", "", ""]
+      print(f"| {name} | {fams} | {label} | {compile_s:.1f} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@ from costmodel._src.specs.rule_table import RULES
 from costmodel._src.specs.rule_table import Rule
 from costmodel._src.step.estimate import estimate
 from costmodel._src.step.estimate import estimate_shared
+from costmodel._src.step.factored import estimate_rows
 from costmodel._src.step.estimate import stage_names
 from costmodel._src.step.result import Estimate
 
@@ -95,6 +96,7 @@ __all__ = (
     "collective_time",
     "engine_fields",
     "estimate",
+    "estimate_rows",
     "estimate_shared",
     "fit_microbenchmarks",
     "hardware",

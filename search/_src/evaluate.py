@@ -1,11 +1,13 @@
 """Exact, batched evaluation of discrete plans.
 
-One jitted, vmapped function per family structure evaluates a fixed-size chunk
-of value vectors with the exact model (``tau = 0``); larger batches are cut
-into chunks (the last one padded) so memory stays bounded and nothing
-recompiles; the chunks of a batch run in one thread per core. The job, cluster and efficiency parameters are arguments, so jobs
-that differ only in numbers (lengths, batch sizes, hardware figures) share the
-compiled code.
+One jitted function per family structure (or shared space) evaluates a
+fixed-size chunk of value vectors with the exact model (``tau = 0``), each stage
+costed once per distinct input of the chunk (:func:`costmodel.estimate_rows`);
+larger batches are cut into chunks (the last one padded with copies, which cost
+no stage twice) so memory stays bounded and nothing recompiles; the chunks of a
+batch run in one thread per core. The job, cluster and efficiency parameters are
+arguments, so jobs that differ only in numbers (lengths, batch sizes, hardware
+figures) share the compiled code.
 """
 
 from __future__ import annotations
@@ -48,10 +50,29 @@ def _one(structure, job, cluster, eff, v):
   return est, excess
 
 
-# The lean scorer keeps XLA's default options: it serves enumeration and the
+def _factored(structure, job, cluster, eff, values):
+  """Every row's ``(Estimate, memory excess)``, each stage costed once per
+  distinct input of ``values`` (:func:`costmodel.estimate_rows`)."""
+  est, = cm.estimate_rows(job, lambda v: ((structure.to_plan(v),), 0), values, cluster, eff)
+  excess = jax.vmap(lambda v, e: space_lib.memory_excess(structure, v, e, job, cluster))(
+      values, est)
+  return est, excess
+
+
+# The lean scorers keep XLA's default options: they serve enumeration and the
 # baselines, whose throughput (large chunks) the classic emitters would halve.
+# Enumeration's chunks share most stage inputs (on GRPO Qwen2.5-7B, 64 H100,
+# 16,384-row chunks, one core, 2026-12-05: 2.6-3.0 M plans/s against 0.38-0.42 M
+# row by row); uniform samples of a large space share few, and costing them row
+# by row is faster (random search and annealing).
 @functools.partial(jax.jit, static_argnames=("structure",))
 def _scores(structure, job, cluster, eff, values):
+  est, excess = _factored(structure, job, cluster, eff, values)
+  return est.step_time_s, est.feasible, excess
+
+
+@functools.partial(jax.jit, static_argnames=("structure",))
+def _scores_by_row(structure, job, cluster, eff, values):
   est, excess = jax.vmap(lambda v: _one(structure, job, cluster, eff, v))(values)
   return est.step_time_s, est.feasible, excess
 
@@ -71,7 +92,7 @@ def _scores(structure, job, cluster, eff, values):
 @functools.partial(jax.jit, static_argnames=("structure",),
                    compiler_options=compile_cache.FORWARD)
 def _ranking(structure, job, cluster, eff, values):
-  est, excess = jax.vmap(lambda v: _one(structure, job, cluster, eff, v))(values)
+  est, excess = _factored(structure, job, cluster, eff, values)
   return est.step_time_s, est.feasible, excess, ((est.duration_s, est.memory_excess),)
 
 
@@ -107,11 +128,14 @@ class Evaluator:
       with ``full``, the registered space that holds ``fs``'s structure
       (:func:`~search._src.shared.register`, a search of the job) if any;
       False: the family's own programs.
+    factored: Without ``full``, score with each stage costed once per distinct
+      input of a chunk (enumeration's chunks share most); False: every stage on
+      every row (uniform samples of a large space, which share few).
   """
 
   def __init__(self, fs: space_lib.FamilySpace, efficiency: cm.Efficiency | None = None,
                chunk: int = DEFAULT_CHUNK, full: bool = False,
-               shared: shared_lib.SharedSpace | bool | None = None):
+               shared: shared_lib.SharedSpace | bool | None = None, factored: bool = True):
     if not isinstance(chunk, int) or chunk < 1:
       raise ValueError(f"Evaluator: chunk={chunk!r} must be a positive integer")
     if shared is None and full:
@@ -126,6 +150,7 @@ class Evaluator:
     self.eff = efficiency if efficiency is not None else cm.Efficiency()
     self.chunk = chunk
     self.full = full
+    self.factored = factored
     self.count = 0
     self._stage_names = None
     self._compiled = {}
@@ -169,7 +194,8 @@ class Evaluator:
 
   def _run_lean(self, part: np.ndarray):
     fs = self.fs
-    return _scores(fs.structure, fs.job, fs.cluster, self.eff, jnp.asarray(part))
+    lean = _scores if self.factored else _scores_by_row
+    return lean(fs.structure, fs.job, fs.cluster, self.eff, jnp.asarray(part))
 
   def _first_rows(self, n: int) -> np.ndarray:
     row = np.asarray([[float(var.options[0]) for var in self.fs.vars]], np.float32)

@@ -11,7 +11,9 @@ family's plan from the row and estimate them with
 :func:`costmodel.estimate_shared`, which costs each stage once on the inputs of
 the row's family wherever the families' stage inputs differ only in values
 (the pool sizes of colocated and split plans): the program is little larger
-than one family's, and it compiles once for all of them.
+than one family's, and it compiles once for all of them. The ranking program
+also costs each stage once per distinct input of a chunk
+(:func:`costmodel.estimate_rows`).
 
 * The relaxed loop (:func:`search._src.relax.run`) takes the space as it takes
   a family's: its objective and relaxed values select the row's family; the
@@ -249,15 +251,24 @@ def _run_parts(shared, eff, x0, lo, hi, cfg, on_traced) -> relax.RelaxOutput:
                            history_s=np.min(np.stack([o.history_s for o in outs]), axis=0))
 
 
+def plans_of(shared: SharedSpace, v) -> tuple[tuple, jax.Array]:
+  """Every family's plan of one row and the row's family (traceable), as
+  :func:`costmodel.estimate_shared` takes them."""
+  return tuple(fs.structure.to_plan(v[cols]) for fs, cols in
+               zip(shared.spaces, shared.columns, strict=True)), shared.family_of(v)
+
+
+def _excess(shared: SharedSpace, job, cluster, v, ests) -> tuple:
+  """Every family's memory excess of one row under its estimates."""
+  return tuple(space_lib.memory_excess(fs.structure, v[cols], est, job, cluster)
+               for fs, cols, est in zip(shared.spaces, shared.columns, ests, strict=True))
+
+
 def _estimated(shared: SharedSpace, job, cluster, eff, v):
   """Every family's ``(Estimate, memory excess)`` of one row (only the row's
   own family's is its estimate)."""
-  fam = shared.family_of(v)
-  rows = [v[cols] for cols in shared.columns]
-  plans = tuple(fs.structure.to_plan(r) for fs, r in zip(shared.spaces, rows, strict=True))
-  ests = cm.estimate_shared(job, plans, fam, cluster, eff, tau=0.0)
-  return fam, tuple((est, space_lib.memory_excess(fs.structure, r, est, job, cluster))
-                    for fs, r, est in zip(shared.spaces, rows, ests, strict=True))
+  ests = cm.estimate_shared(job, *plans_of(shared, v), cluster, eff, tau=0.0)
+  return tuple(zip(ests, _excess(shared, job, cluster, v, ests), strict=True))
 
 
 # Whole estimates serve few rows (a search's top plans, the rules of thumb), so
@@ -268,26 +279,28 @@ def _estimated(shared: SharedSpace, job, cluster, eff, v):
 def estimates(shared: SharedSpace, job, cluster, eff, values):
   """Exact estimates and memory excess of rows [N, U + 1] of ``shared``, one
   ``(Estimate, excess)`` per family (the row's own family's is its estimate)."""
-  return jax.vmap(lambda v: _estimated(shared, job, cluster, eff, v)[1])(values)
+  return jax.vmap(lambda v: _estimated(shared, job, cluster, eff, v))(values)
 
 
 # What the discrete phases read of every row, without the rest of the estimates
-# (their start and end times, breakdowns and throughput), which XLA then drops:
-# on PPO Llama-3.1-70B's three families (2,048-row chunks, 2 CPU cores,
-# 2026-12-04) 7.3 ms a chunk and 5.3 s to compile, where the whole estimates
-# took 20 ms and 11.5 s.
+# (their start and end times, breakdowns and throughput), which XLA then drops;
+# each stage is costed once per distinct input of the chunk
+# (:func:`costmodel.estimate_rows`): a block sweep keeps most stages' inputs.
 @functools.partial(jax.jit, static_argnames=("shared",), compiler_options=compile_cache.FORWARD)
 def ranking(shared: SharedSpace, job, cluster, eff, values):
   """Step time, feasibility and memory excess of rows [N, U + 1] of ``shared``
   (each its own family's), and per family ``(duration_s, memory_excess)``
   [N, stages] of its stages (the row's own family's are its own)."""
+  ests = cm.estimate_rows(job, functools.partial(plans_of, shared), values, cluster, eff)
+  return picked(shared, values, ests, jax.vmap(
+      lambda v, e: _excess(shared, job, cluster, v, e))(values, ests))
 
-  def one(v):
-    fam, out = _estimated(shared, job, cluster, eff, v)
-    pick = lambda get: functools.reduce(
-        lambda acc, k: jnp.where(fam == k, get(out[k]), acc), range(1, len(out)), get(out[0]))
-    stages = tuple((est.duration_s, est.memory_excess) for est, _ in out)
-    return (pick(lambda o: o[0].step_time_s), pick(lambda o: o[0].feasible),
-            pick(lambda o: o[1]), stages)
 
-  return jax.vmap(one)(values)
+def picked(shared: SharedSpace, values, ests, excess) -> tuple:
+  """:func:`ranking`'s outputs from every family's estimates and memory excess
+  of rows ``values`` (leading axis N)."""
+  fam = jax.vmap(shared.family_of)(values)
+  pick = lambda outs: functools.reduce(
+      lambda acc, k: jnp.where(fam == k, outs[k], acc), range(1, len(outs)), outs[0])
+  return (pick([est.step_time_s for est in ests]), pick([est.feasible for est in ests]),
+          pick(excess), tuple((est.duration_s, est.memory_excess) for est in ests))

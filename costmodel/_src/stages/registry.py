@@ -224,6 +224,12 @@ def _signature(inputs: tuple) -> tuple[tuple, list]:
   return (ident, treedef, static), leaves
 
 
+def array_leaves(inputs: tuple) -> list:
+  """The array leaves of a stage's inputs (its layout and context, the cluster
+  and devices left out): all that two plans' inputs of one group may differ in."""
+  return [x for x in _signature(inputs)[1] if isinstance(x, (jax.Array, np.ndarray))]
+
+
 def _select(which, members: list[int], inputs: dict[int, tuple],
             signed: dict[int, tuple]) -> tuple:
   """The inputs of plan ``which`` among ``members`` (whose signatures agree), leaf
@@ -243,6 +249,39 @@ def _select(which, members: list[int], inputs: dict[int, tuple],
   model, _, device, ctx = first
   layout, rest = jax.tree.unflatten(treedef, leaves)
   return model, layout, device, rest._replace(cluster=ctx.cluster, peer_device=ctx.peer_device)
+
+
+def shared_stage_inputs(stages: dict[int, alg.StageSpec], job: RLJob,
+                        plans: tuple[plan_lib.Plan, ...], cluster: Cluster,
+                        gpus: tuple[dict[str, jax.Array], ...], which
+                        ) -> list[tuple[list[int], alg.StageSpec, tuple]]:
+  """The groups of plans that share one cost computation of a stage, each with
+  the stage and the inputs it is costed on (those of plan ``which`` where it is
+  a member): plans whose inputs differ only in array values (pool sizes, layout
+  degrees) form one group.
+
+  Args and ``which`` as in :func:`shared_stage_costs`.
+
+  Returns:
+    ``[(members, stage, (model, layout, device, ctx)), ...]``, one per group,
+    in the order of the plans.
+  """
+  inputs = {k: stage_inputs(st, _stage_job(st, job), plans[k], cluster, gpus[k])
+            for k, st in stages.items()}
+  signed = {k: _signature(x) for k, x in inputs.items()}
+  groups: dict[tuple, list[int]] = {}
+  for k in stages:
+    groups.setdefault(signed[k][0], []).append(k)
+  return [(members, stages[members[0]], _select(which, members, inputs, signed))
+          for members in groups.values()]
+
+
+def group_cost(stage: alg.StageSpec, job: RLJob, inputs: tuple, eff: Efficiency,
+               tau) -> common.StageCost:
+  """The cost of ``stage`` on a group's ``inputs`` (:func:`shared_stage_inputs`)."""
+  model, layout, device, ctx = inputs
+  return STAGE_FUNCTIONS[stage.kind](model, layout, device, _stage_job(stage, job), eff, tau,
+                                     ctx)
 
 
 def shared_stage_costs(stages: dict[int, alg.StageSpec], job: RLJob,
@@ -268,17 +307,7 @@ def shared_stage_costs(stages: dict[int, alg.StageSpec], job: RLJob,
     when ``which`` is concrete); a plan outside ``which``'s group gets its group's
     cost on another plan's inputs.
   """
-  inputs = {k: stage_inputs(st, _stage_job(st, job), plans[k], cluster, gpus[k])
-            for k, st in stages.items()}
-  signed = {k: _signature(x) for k, x in inputs.items()}
-  groups: dict[tuple, list[int]] = {}
-  for k in stages:
-    groups.setdefault(signed[k][0], []).append(k)
   out = {}
-  for members in groups.values():
-    stage = stages[members[0]]
-    model, layout, device, ctx = _select(which, members, inputs, signed)
-    cost = STAGE_FUNCTIONS[stage.kind](model, layout, device, _stage_job(stage, job), eff, tau,
-                                       ctx)
-    out.update(dict.fromkeys(members, cost))
+  for members, stage, inputs in shared_stage_inputs(stages, job, plans, cluster, gpus, which):
+    out.update(dict.fromkeys(members, group_cost(stage, job, inputs, eff, tau)))
   return out

@@ -13,6 +13,8 @@
 
 and the metrics turn the result into an :class:`Estimate` (throughput, MFU,
 lower bound, memory per stage, feasibility; :mod:`costmodel._src.step.metrics`).
+:func:`costmodel.estimate_rows` (:mod:`costmodel._src.step.factored`) estimates a
+batch of plans with the same functions, each stage costed once per distinct input.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from costmodel._src.specs import plan as plan_lib
 from costmodel._src.specs.cluster import Cluster
 from costmodel._src.specs.job import RLJob
 from costmodel._src.stages import registry
+from costmodel._src.stages.common import StageCost
 from costmodel._src.step import algorithms
 from costmodel._src.step import metrics
 from costmodel._src.step import residency as residency_lib
@@ -74,7 +77,8 @@ def stage_names(job: RLJob, plan: plan_lib.Plan) -> tuple[str, ...]:
 
 
 def estimate_shared(job: RLJob, plans, which, cluster: Cluster,
-                    efficiency: Efficiency | None = None, tau=0.0) -> tuple[Estimate, ...]:
+                    efficiency: Efficiency | None = None, tau=0.0,
+                    stage_costs: dict[str, StageCost] | None = None) -> tuple[Estimate, ...]:
   """Estimates of ``job`` under several plans of which only ``plans[which]`` is
   meant, each stage costed once for the plans that share its inputs' structure.
 
@@ -92,6 +96,9 @@ def estimate_shared(job: RLJob, plans, which, cluster: Cluster,
     cluster: The cluster.
     efficiency: Efficiency parameters (defaults if None).
     tau: Smoothing temperature.
+    stage_costs: Stage name -> its cost under plan ``which``, costed
+      elsewhere (:func:`costmodel.estimate_rows` costs each once per distinct
+      input of a batch); None: costed here.
 
   Returns:
     One :class:`Estimate` per plan; ``[which]`` is ``estimate(job, plans[which],
@@ -99,16 +106,16 @@ def estimate_shared(job: RLJob, plans, which, cluster: Cluster,
     they share with it), so only ``[which]`` is to be read.
   """
   eff = efficiency if efficiency is not None else Efficiency()
-  graphs, gpus = [], []
-  for plan in plans:
-    plan_lib.validate(plan, job, cluster)
-    gpus.append({p.name: jnp.asarray(p.gpus, float) for p in plan.pools})
-    graphs.append(_graph(job, plan))
+  graphs, gpus = _prepared(job, plans, cluster)
   costs = [{} for _ in plans]
   for name in dict.fromkeys(st.name for g in graphs for st in g):
     stages = {k: st for k, g in enumerate(graphs) for st in g if st.name == name}
-    for k, cost in registry.shared_stage_costs(stages, job, tuple(plans), cluster, tuple(gpus),
-                                               eff, tau, which).items():
+    if stage_costs is not None:
+      shared = dict.fromkeys(stages, stage_costs[name])
+    else:
+      shared = registry.shared_stage_costs(stages, job, tuple(plans), cluster, gpus, eff, tau,
+                                           which)
+    for k, cost in shared.items():
       costs[k][name] = cost
   out = []
   for plan, graph, cost, g in zip(plans, graphs, costs, gpus, strict=True):
@@ -116,3 +123,28 @@ def estimate_shared(job: RLJob, plans, which, cluster: Cluster,
     sched = schedule_lib.schedule(res, plan, tau, mini_batches=job.mini_batches)
     out.append(metrics.assemble(job, plan, cluster, g, res, sched, tau))
   return tuple(out)
+
+
+def _prepared(job: RLJob, plans, cluster: Cluster):
+  """The plans validated: each one's stage graph and pool name -> GPUs."""
+  graphs, gpus = [], []
+  for plan in plans:
+    plan_lib.validate(plan, job, cluster)
+    gpus.append({p.name: jnp.asarray(p.gpus, float) for p in plan.pools})
+    graphs.append(_graph(job, plan))
+  return tuple(graphs), tuple(gpus)
+
+
+def stage_groups(job: RLJob, plans, which, cluster: Cluster, names=None) -> dict[str, list]:
+  """Stage name -> its groups under ``plans`` (of which ``plans[which]`` is
+  meant): ``[(members, stage, inputs), ...]`` as
+  :func:`costmodel._src.stages.registry.shared_stage_inputs` gives them, for
+  every stage of the plans' graphs except the switch (costed in residency), or
+  those in ``names``."""
+  graphs, gpus = _prepared(job, plans, cluster)
+  out = {}
+  for name in dict.fromkeys(st.name for g in graphs for st in g):
+    if names is None or name in names:
+      stages = {k: st for k, g in enumerate(graphs) for st in g if st.name == name}
+      out[name] = registry.shared_stage_inputs(stages, job, tuple(plans), cluster, gpus, which)
+  return out
