@@ -85,17 +85,9 @@ def _sweeps(space, chunk: int) -> list[np.ndarray]:
 
 def _row_by_row(space, job, cluster, eff, values):
   """The ranking program costing every stage on every row (before 2026-12-05)."""
-  import costmodel as cm  # pylint: disable=g-import-not-at-top
   from search._src import shared  # pylint: disable=g-import-not-at-top
-  from search._src import space as space_lib  # pylint: disable=g-import-not-at-top
-
-  def one(v):
-    ests = cm.estimate_shared(job, *shared.plans_of(space, v), cluster, eff)
-    return ests, tuple(space_lib.memory_excess(fs.structure, v[cols], est, job, cluster)
-                       for fs, cols, est in zip(space.spaces, space.columns, ests, strict=True))
-
-  ests, excess = jax.vmap(one)(values)
-  return shared.picked(space, values, ests, excess)
+  out = jax.vmap(lambda v: shared._estimated(space, job, cluster, eff, v))(values)
+  return shared.picked(space, values, *zip(*out))
 
 
 def _time(program, space, eff, values) -> tuple[float, float]:

@@ -130,7 +130,7 @@ def distinct(keys: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
   if n == 0:
     empty = jnp.zeros((0,), jnp.int32)
     return empty, empty, jnp.zeros((), jnp.int32)
-  mult = jnp.asarray(np.resize(_MULTIPLIERS, max(words, 1))[:words])
+  mult = jnp.asarray(np.resize(_MULTIPLIERS, words))
   h = jnp.sum(keys * mult, axis=1, dtype=jnp.uint32)
   h = (h ^ (h >> 16)) * jnp.uint32(0x7FEB352D)
   h = h ^ (h >> 15)
