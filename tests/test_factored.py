@@ -79,8 +79,9 @@ def test_distinct_finds_each_distinct_row_once():
 
 
 def test_distinct_stays_exact_when_every_hash_collides(monkeypatch):
-  # With one hash for every key, keys sit in row order: a key met again after
-  # another is listed again (more work), but no row gets another key's cost.
+  # With one hash for every key, every row lands in one slot: each round groups
+  # the lowest pending row's key, the rest stand for themselves (more work), but
+  # no row gets another key's cost.
   monkeypatch.setattr(factored, "_MULTIPLIERS", np.zeros(64, np.uint32))
   keys = np.asarray([[1, 2], [3, 4], [1, 2], [1, 2], [3, 4]], np.uint32)
   firsts, inverse, count = map(np.asarray, factored.distinct(jnp.asarray(keys)))

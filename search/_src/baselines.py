@@ -295,10 +295,10 @@ def random_search(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_s: flo
 
   Uniform samples share few stage inputs, so every stage is costed on every row
   (:class:`~search._src.evaluate.Evaluator` with ``factored=False``): on the
-  headline jobs' seven families (4,096-row batches, one core, 2026-12-05) it
-  scored 0.7-3.1 times as many plans a second as costing each distinct input
-  once (faster on five), and it is the scorer the baselines were measured with
-  before."""
+  large jobs' seven families (``benchmarks.search_large``; 4,096-row batches,
+  2 cores, 2026-12-05) it scored 0.6-1.7 times as many plans a second as
+  costing each distinct input once (faster on five), and it is the scorer the
+  baselines were measured with before."""
   run = _Run(job, cluster, family, space, efficiency, batch, top_k, framework,
              factored=False)
   rng = np.random.default_rng(seed)

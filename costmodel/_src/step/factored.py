@@ -11,11 +11,14 @@ assembly are the model's own, so each row's estimate is ``estimate_shared``'s.
 Two rows share a stage's cost when the stage's inputs under them are equal bit
 for bit: the stage's group (which cost function, on which device) and the array
 leaves of its layout and context (:func:`registry.array_leaves`). Rows are
-grouped by sorting a hash of those bits and comparing neighbours in full, so a
-hash collision can only cost a second computation, never a wrong cost.
+grouped through a hash table of those bits, each row compared in full with the
+row it is grouped with, so a hash collision can only cost a second
+computation, never a wrong cost (:func:`distinct`).
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 from jax import lax
@@ -42,6 +45,8 @@ scoring) cost less than finding their distinct inputs and are costed per row."""
 # Odd multipliers of the key hash, one per key word (cycled).
 _MULTIPLIERS = (np.random.default_rng(0x5EED).integers(0, 2**31, size=64, dtype=np.uint32)
                 * np.uint32(2) + np.uint32(1))
+# The hash's finishing multipliers, one per round of :func:`distinct`.
+_MIXES = (0x7FEB352D, 0x846CA68B)
 
 
 def estimate_rows(job: RLJob, plans_of, rows: jax.Array, cluster: Cluster,
@@ -70,10 +75,10 @@ def estimate_rows(job: RLJob, plans_of, rows: jax.Array, cluster: Cluster,
   if not isinstance(block, int) or isinstance(block, bool) or block < 1:
     raise ValueError(f"estimate_rows: block={block!r} must be a positive integer")
   eff = efficiency if efficiency is not None else Efficiency()
-  info = {}
-  keys = jax.vmap(lambda r: _keys(job, plans_of, r, cluster, info))(rows)
+  kinds = {st.name: st.kind for st in alg.stage_graph(job)}
+  keys = jax.vmap(lambda r: _keys(job, plans_of, r, cluster))(rows)
   costs = {name: _costed(job, plans_of, rows, cluster, eff, name,
-                         k if info[name] in FACTORED_KINDS else None, block)
+                         k if kinds[name] in FACTORED_KINDS else None, block)
            for name, k in keys.items()}
   return jax.vmap(lambda r, c: estimate_lib.estimate_shared(
       job, *plans_of(r), cluster, eff, stage_costs=c))(rows, costs)
@@ -82,7 +87,7 @@ def estimate_rows(job: RLJob, plans_of, rows: jax.Array, cluster: Cluster,
 def distinct_inputs(job: RLJob, plans_of, rows: jax.Array, cluster: Cluster) -> dict:
   """Stage name -> how many distinct inputs it has over ``rows`` (what
   :func:`estimate_rows` costs; arguments as there). Traceable."""
-  keys = jax.vmap(lambda r: _keys(job, plans_of, r, cluster, {}))(rows)
+  keys = jax.vmap(lambda r: _keys(job, plans_of, r, cluster))(rows)
   return {name: distinct(k)[2] for name, k in keys.items()}
 
 
@@ -103,14 +108,12 @@ def _group_index(which, groups) -> jax.Array:
   return out
 
 
-def _keys(job, plans_of, row, cluster, kinds: dict) -> dict[str, jax.Array]:
+def _keys(job, plans_of, row, cluster) -> dict[str, jax.Array]:
   """Stage name -> the bits its cost depends on under ``row``: the group of the
-  plan meant and every group's input leaves. Fills ``kinds`` (stage name -> its
-  kind)."""
+  plan meant and every group's input leaves."""
   plans, which = plans_of(row)
   out = {}
   for name, groups in estimate_lib.stage_groups(job, plans, which, cluster).items():
-    kinds[name] = groups[0][1].kind
     words = [_bits(_group_index(which, groups))]
     words += [_bits(x) for _, _, inputs in groups for x in registry.array_leaves(inputs)]
     out[name] = jnp.concatenate(words)
@@ -120,11 +123,18 @@ def _keys(job, plans_of, row, cluster, kinds: dict) -> dict[str, jax.Array]:
 def distinct(keys: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
   """The distinct rows of ``keys`` [N, L] (uint32).
 
+  Each row's hash picks a slot of a table of at least ``4 N`` entries; the
+  lowest row index that lands in a slot is its representative, and a row takes
+  its slot's representative only if their keys are equal in full. Rows that
+  do not (another key took the slot) try again with a second hash, then stand
+  for themselves. No sort: on 16,384 rows of 12 words (one core, 2026-12-05)
+  0.33 ms against 0.87 ms for sorting the hashes, with fewer keys listed twice.
+
   Returns:
     ``(firsts, inverse, count)``: ``firsts[:count]`` a row index of each distinct
     key (the rest 0), ``inverse`` [N] the position in ``firsts`` of each row's
     key, ``count`` how many there are (at least 1 when N > 0). A key may be
-    listed twice when hashes collide out of order; never two keys as one.
+    listed twice when hashes collide; never two keys as one.
   """
   n, words = keys.shape
   if n == 0:
@@ -132,19 +142,27 @@ def distinct(keys: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     return empty, empty, jnp.zeros((), jnp.int32)
   mult = jnp.asarray(np.resize(_MULTIPLIERS, words))
   h = jnp.sum(keys * mult, axis=1, dtype=jnp.uint32)
-  h = (h ^ (h >> 16)) * jnp.uint32(0x7FEB352D)
-  h = h ^ (h >> 15)
-  # One sort of the hash's high bits with the row index in the low bits: a
-  # third of the time of sorting the index along (XLA on CPU).
-  low = max(1, (n - 1).bit_length())
-  packed = (h << low) | jnp.arange(n, dtype=jnp.uint32)
-  order = (jnp.sort(packed) & jnp.uint32((1 << low) - 1)).astype(jnp.int32)
-  ordered = keys[order]
-  new = jnp.concatenate([jnp.ones((1,), bool), jnp.any(ordered[1:] != ordered[:-1], axis=1)])
+  slots = 1 << (4 * n - 1).bit_length()
+  index = jnp.arange(n, dtype=jnp.int32)
+
+  def round_(mix, h, first, pending):
+    h = (h ^ (h >> 16)) * jnp.uint32(mix)
+    h = h ^ (h >> 15)
+    slot = (h & jnp.uint32(slots - 1)).astype(jnp.int32)
+    table = jnp.full((slots,), n, jnp.int32).at[jnp.where(pending, slot, slots)].min(
+        index, mode="drop")
+    rep = jnp.minimum(table[slot], n - 1)  # a pending row's slot holds it or a lower row
+    same = pending & jnp.all(keys[rep] == keys, axis=1)
+    return h, jnp.where(same, rep, first), pending & ~same
+
+  state = round_(_MIXES[0], h, index, jnp.ones((n,), bool))
+  for mix in _MIXES[1:]:  # only where a row is still pending (a collision)
+    state = lax.cond(jnp.any(state[2]), functools.partial(round_, mix), lambda *s: s, *state)
+  first = state[1]
+  new = first == index
   run = jnp.cumsum(new, dtype=jnp.int32) - 1
-  inverse = jnp.zeros((n,), jnp.int32).at[order].set(run)
-  firsts = jnp.zeros((n,), jnp.int32).at[jnp.where(new, run, n)].set(order, mode="drop")
-  return firsts, inverse, run[-1] + 1
+  firsts = jnp.zeros((n,), jnp.int32).at[jnp.where(new, run, n)].set(index, mode="drop")
+  return firsts, run[first], run[-1] + 1
 
 
 def _pick(which, groups, costs):
