@@ -142,10 +142,10 @@ _LARGE_BUDGET = flags.DEFINE_float("large_budget", 0.0, "(internal) one cold run
 
 def _throughput() -> list[tuple[str, float, float]]:
   """Exact evaluations per second of enumeration's scorer, 262,144 plans in
-  16,384-row chunks on every core: ``(label, sampled, enumeration order)``, the
-  plans drawn uniformly from the valid space (few shared stage inputs) and the
-  first ones of the largest pool-size block in enumeration order (what
-  :func:`search.enumerate_plans` scores)."""
+  16,384-row chunks on every core, the best of three passes: ``(label, sampled,
+  enumeration order)``, the plans drawn uniformly from the valid space (few
+  shared stage inputs) and the first ones of the largest pool-size block in
+  enumeration order (what :func:`search.enumerate_plans` scores)."""
   import costmodel as cm  # pylint: disable=g-import-not-at-top
   from search._src import baselines  # pylint: disable=g-import-not-at-top
   from search._src import evaluate  # pylint: disable=g-import-not-at-top
@@ -167,9 +167,12 @@ def _throughput() -> list[tuple[str, float, float]]:
     rates = []
     for values in (blocks.sample(np.random.default_rng(0), 262_144), blocks.decode(p, 0, n)):
       ev.scores(values[:16384])  # compile
-      t0 = time.perf_counter()
-      ev.scores(values)
-      rates.append(len(values) / (time.perf_counter() - t0))
+      best = np.inf
+      for _ in range(3):  # the best of three passes: a pass is 0.05-0.2 s
+        t0 = time.perf_counter()
+        ev.scores(values)
+        best = min(best, time.perf_counter() - t0)
+      rates.append(len(values) / best)
     rows.append((f"{label} (64 GPUs)", *rates))
   return rows
 

@@ -241,7 +241,11 @@ def memory_excess(structure: Structure, v: jax.Array, est: cm.Estimate, job: cm.
   ``job`` and ``cluster`` are not needed; they stay for the callers.
   """
   del structure, v, job, cluster
-  return jnp.sum(est.memory_excess, axis=-1)
+  excess = est.memory_excess
+  # Added stage by stage: XLA on CPU reduces a batch's short last axis slowly
+  # (scoring 16,384 rows of PPO's split3 family, one core, 2026-12-05: 4.3 ms
+  # against 4.8 ms).
+  return sum((excess[..., i] for i in range(1, excess.shape[-1])), excess[..., 0])
 
 
 def layout_violation(structure: Structure, v: jax.Array, job: cm.RLJob,
