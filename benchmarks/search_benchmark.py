@@ -141,11 +141,12 @@ _LARGE_BUDGET = flags.DEFINE_float("large_budget", 0.0, "(internal) one cold run
 
 
 def _throughput() -> list[tuple[str, float, float]]:
-  """Exact evaluations per second of enumeration's scorer, 262,144 plans in
-  16,384-row chunks on every core, the best of three passes: ``(label, sampled,
-  enumeration order)``, the plans drawn uniformly from the valid space (few
-  shared stage inputs) and the first ones of the largest pool-size block in
-  enumeration order (what :func:`search.enumerate_plans` scores)."""
+  """Exact evaluations per second of enumeration's scorer (rows labelled by the
+  options of each block they take), 262,144 plans in 16,384-row chunks on every
+  core, the best of three passes: ``(label, sampled, enumeration order)``, the
+  plans drawn uniformly from the valid space (few shared stage inputs) and the
+  first ones of the largest pool-size block in enumeration order (what
+  :func:`search.enumerate_plans` scores)."""
   import costmodel as cm  # pylint: disable=g-import-not-at-top
   from search._src import baselines  # pylint: disable=g-import-not-at-top
   from search._src import evaluate  # pylint: disable=g-import-not-at-top
@@ -163,14 +164,15 @@ def _throughput() -> list[tuple[str, float, float]]:
     blocks = baselines._Blocks(fs)
     p = int(np.argmax(blocks.counts))
     n = min(262_144, int(blocks.counts[p]) // 16384 * 16384)
-    ev = evaluate.Evaluator(fs, chunk=16384)
+    ev = evaluate.Evaluator(fs, chunk=16384, label_of=blocks.label_of)
     rates = []
-    for values in (blocks.sample(np.random.default_rng(0), 262_144), blocks.decode(p, 0, n)):
-      ev.scores(values[:16384])  # compile
+    for values, labels in (blocks.sample(np.random.default_rng(0), 262_144, labels=True),
+                           blocks.decode(p, 0, n, labels=True)):
+      ev.scores(values[:16384], labels=labels[:16384])  # compile
       best = np.inf
       for _ in range(3):  # the best of three passes: a pass is 0.05-0.2 s
         t0 = time.perf_counter()
-        ev.scores(values)
+        ev.scores(values, labels=labels)
         best = min(best, time.perf_counter() - t0)
       rates.append(len(values) / best)
     rows.append((f"{label} (64 GPUs)", *rates))

@@ -45,6 +45,12 @@ class _Blocks:
   sizes in a few vectorised calls, and shared by every pool combination.
   ``min_level`` keeps only the pool combinations of at least that coarseness
   (:func:`pool_level`).
+
+  Rows may come with labels (:attr:`label_of`): one per pool, the bits of its
+  size, then one per block, the index of the row's valid block row among every
+  valid row of that block over all pool sizes; two rows with an equal label are
+  equal on the variables it covers (what :func:`costmodel.estimate_rows` groups
+  stage inputs by).
   """
 
   def __init__(self, fs: space_lib.FamilySpace, min_level: int = 0):
@@ -76,6 +82,9 @@ class _Blocks:
     self.rows = [[table[inv[p]] for table, inv in zip(tables, inverse, strict=True)]
                  for p in keep]
     self.counts = counts[keep]
+    # Where each key's valid rows start among all of the block's, for labels.
+    self._offsets = [np.concatenate([[0], np.cumsum([len(r) for r in table])])[:-1]
+                     .astype(np.int64) for table in tables]
 
   def _full(self, combos: np.ndarray) -> np.ndarray:
     """Value vectors of pool combinations (every other variable at its first option)."""
@@ -119,27 +128,63 @@ class _Blocks:
   def size(self) -> int:
     return int(self.counts.sum())
 
-  def decode(self, p: int, start: int, stop: int) -> np.ndarray:
-    """Rows ``start:stop`` of pool combination ``p``'s product."""
+  @property
+  def label_of(self) -> tuple[int, ...]:
+    """For each variable, the label that identifies its value (variables in no
+    block, which keep one value, take the first pool's)."""
+    out = [0] * len(self.fs.vars)
+    for k, j in enumerate(self.pool_idx):
+      out[j] = k
+    for i, (_, idx) in enumerate(self.other):
+      for j in idx:
+        out[j] = len(self.pool_idx) + i
+    return tuple(out)
+
+  def _labels(self, n: int) -> np.ndarray:
+    return np.empty((n, len(self.pool_idx) + len(self.other)), np.uint32)
+
+  def _pool_labels(self, p) -> np.ndarray:
+    """The pools' labels of pool combination(s) ``p``: their sizes' float32 bits."""
+    return self.pools[p].astype(np.float32).view(np.uint32)
+
+  def _label(self, i: int, p, digit) -> np.ndarray:
+    """The label of block ``i`` in rows taking its row ``digit`` under pool
+    combination(s) ``p``."""
+    return self._offsets[i][self.key_index[i][p]] + digit
+
+  def decode(self, p: int, start: int, stop: int, labels: bool = False):
+    """Rows ``start:stop`` of pool combination ``p``'s product (and, with
+    ``labels``, their labels [N, pools + blocks])."""
     rows = self.rows[p]
     k = np.arange(start, stop, dtype=np.int64)
     out = np.zeros((len(k), len(self.fs.vars)))
+    lab = self._labels(len(k))
+    m = len(self.pool_idx)
+    lab[:, :m] = self._pool_labels(p)
     out[:, list(self.pool_idx)] = self.pools[p]
-    for (_, idx), r in zip(reversed(self.other), reversed(rows), strict=True):
+    for i in reversed(range(len(self.other))):
+      r = rows[i]
       k, digit = np.divmod(k, len(r))
-      out[:, list(idx)] = r[digit]
-    return out
+      out[:, list(self.other[i][1])] = r[digit]
+      lab[:, m + i] = self._label(i, p, digit)
+    return (out, lab) if labels else out
 
-  def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-    """``n`` plans drawn uniformly from the valid space."""
+  def sample(self, rng: np.random.Generator, n: int, labels: bool = False):
+    """``n`` plans drawn uniformly from the valid space (and, with ``labels``,
+    their labels as :meth:`decode` gives them)."""
     p = rng.choice(len(self.pools), size=n, p=self.counts / self.counts.sum())
     out = np.zeros((n, len(self.fs.vars)))
+    lab = self._labels(n)
+    m = len(self.pool_idx)
+    lab[:, :m] = self._pool_labels(p)
     for q in np.unique(p):
       sel = np.flatnonzero(p == q)
       out[np.ix_(sel, list(self.pool_idx))] = self.pools[q]
-      for (_, idx), r in zip(self.other, self.rows[q], strict=True):
-        out[np.ix_(sel, list(idx))] = r[rng.integers(0, len(r), size=len(sel))]
-    return out
+      for i, ((_, idx), r) in enumerate(zip(self.other, self.rows[q], strict=True)):
+        digit = rng.integers(0, len(r), size=len(sel))
+        out[np.ix_(sel, list(idx))] = r[digit]
+        lab[sel, m + i] = self._label(i, q, digit)
+    return (out, lab) if labels else out
 
 
 class _TopK:
@@ -168,12 +213,13 @@ class _Run:
   :class:`~search._src.evaluate.Evaluator`) and the running top-k."""
 
   def __init__(self, job, cluster, family, space, efficiency, chunk: int, top_k: int,
-               framework: str = "any", factored: bool = True):
+               framework: str = "any", factored: bool = True, labelled: bool = False):
     self.t0 = time.perf_counter()
     self.job, self.cluster, self.framework = job, cluster, framework
     self.fs = _family_space(job, cluster, family, space, framework)
     self.blocks = _Blocks(self.fs)
-    self.ev = evaluate.Evaluator(self.fs, efficiency, chunk=chunk, factored=factored)
+    self.ev = evaluate.Evaluator(self.fs, efficiency, chunk=chunk, factored=factored,
+                                 label_of=self.blocks.label_of if labelled else None)
     self.top = _TopK(top_k + _SPARE)
     self.top_k = top_k
 
@@ -261,7 +307,8 @@ def enumerate_plans(job: cm.RLJob, cluster: cm.Cluster, family: str,
       cannot hold the job or is not one ``framework`` runs, or for an unknown
       framework.
   """
-  run = _Run(job, cluster, family, space, efficiency, chunk_size, top_k, framework)
+  run = _Run(job, cluster, family, space, efficiency, chunk_size, top_k, framework,
+             labelled=True)
   blocks, ev, top = run.blocks, run.ev, run.top
   size = blocks.size
   if max_plans is not None and size > max_plans:
@@ -270,16 +317,15 @@ def enumerate_plans(job: cm.RLJob, cluster: cm.Cluster, family: str,
   buf, n_buf = [], 0
   for p, count in enumerate(blocks.counts.astype(np.int64)):
     for start in range(0, int(count), chunk_size):
-      rows = blocks.decode(p, start, min(start + chunk_size, int(count)))
-      buf.append(rows)
-      n_buf += len(rows)
+      buf.append(blocks.decode(p, start, min(start + chunk_size, int(count)), labels=True))
+      n_buf += len(buf[-1][0])
       while n_buf >= chunk_size:
-        allrows = np.concatenate(buf, 0)
-        top.add(allrows[:chunk_size], ev.scores(allrows[:chunk_size]))
-        buf, n_buf = [allrows[chunk_size:]], len(allrows) - chunk_size
+        rows, labels = (np.concatenate(a, 0) for a in zip(*buf))
+        top.add(rows[:chunk_size], ev.scores(rows[:chunk_size], labels=labels[:chunk_size]))
+        buf, n_buf = [(rows[chunk_size:], labels[chunk_size:])], len(rows) - chunk_size
   if n_buf:
-    allrows = np.concatenate(buf, 0)
-    top.add(allrows, ev.scores(allrows))
+    rows, labels = (np.concatenate(a, 0) for a in zip(*buf))
+    top.add(rows, ev.scores(rows, labels=labels))
   return run.result("enumerate", size)
 
 

@@ -14,6 +14,14 @@ leaves of its layout and context (:func:`registry.array_leaves`). Rows are
 grouped through a hash table of those bits, each row compared in full with the
 row it is grouped with, so a hash collision can only cost a second
 computation, never a wrong cost (:func:`distinct`).
+
+Building those bits costs about as much as the stages themselves on rows that
+share most inputs. A caller that knows its rows' structure may label them
+instead (``labels``): an exhaustive enumeration knows which option of each
+block of variables a row takes. A stage's rows are then grouped by the labels
+of the row elements its inputs may depend on, found once per trace by following
+them through the program that computes the inputs from the row
+(:func:`dependence.element_dependence`, which can only list too many).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from costmodel._src.specs.cluster import Cluster
 from costmodel._src.specs.job import RLJob
 from costmodel._src.stages import registry
 from costmodel._src.step import algorithms as alg
+from costmodel._src.step import dependence
 from costmodel._src.step import estimate as estimate_lib
 
 BLOCK = 64
@@ -50,7 +59,9 @@ _MIXES = (0x7FEB352D, 0x846CA68B)
 
 
 def estimate_rows(job: RLJob, plans_of, rows: jax.Array, cluster: Cluster,
-                  efficiency: Efficiency | None = None, block: int = BLOCK) -> tuple:
+                  efficiency: Efficiency | None = None, block: int = BLOCK,
+                  labels: jax.Array | None = None,
+                  label_of: tuple[int, ...] | None = None) -> tuple:
   """Exact estimates of every row, each stage costed once per distinct input.
 
   Traceable (one compiled program serves any batch of the shape): the work of a
@@ -64,22 +75,37 @@ def estimate_rows(job: RLJob, plans_of, rows: jax.Array, cluster: Cluster,
     cluster: The cluster.
     efficiency: Efficiency parameters (defaults if None).
     block: Distinct inputs of a stage costed at once.
+    labels: [N, L] integer labels of the rows (with ``label_of``), or None to
+      group rows by the bits of each stage's inputs. The caller's promise: two
+      rows with equal label ``j`` are equal on every row element ``e`` with
+      ``label_of[e] == j`` (an enumeration labels each block of variables with
+      the index of the option combination it takes).
+    label_of: Static: for each element of a row (raveled), the column of
+      ``labels`` that identifies it.
 
   Returns:
     ``jax.vmap(lambda r: estimate_shared(job, *plans_of(r), cluster,
     efficiency))(rows)``: one :class:`Estimate` per plan, leading axis N.
 
   Raises:
-    ValueError: for a block that is not a positive integer.
+    ValueError: for a block that is not a positive integer, or labels that do
+      not match the rows (``label_of`` one entry per row element, each a column
+      of ``labels``; one label per row).
   """
   if not isinstance(block, int) or isinstance(block, bool) or block < 1:
     raise ValueError(f"estimate_rows: block={block!r} must be a positive integer")
   eff = efficiency if efficiency is not None else Efficiency()
   kinds = {st.name: st.kind for st in alg.stage_graph(job)}
-  keys = jax.vmap(lambda r: _keys(job, plans_of, r, cluster))(rows)
-  costs = {name: _costed(job, plans_of, rows, cluster, eff, name,
-                         k if kinds[name] in FACTORED_KINDS else None, block)
-           for name, k in keys.items()}
+  if labels is None:
+    if label_of is not None:
+      raise ValueError("estimate_rows: label_of needs labels")
+    keys = jax.vmap(lambda r: _keys(job, plans_of, r, cluster))(rows)
+    groups = {name: distinct(k) if kinds[name] in FACTORED_KINDS else None
+              for name, k in keys.items()}
+  else:
+    groups = _labelled(job, plans_of, rows, cluster, labels, label_of, kinds)
+  costs = {name: _costed(job, plans_of, rows, cluster, eff, name, g, block)
+           for name, g in groups.items()}
   return jax.vmap(lambda r, c: estimate_lib.estimate_shared(
       job, *plans_of(r), cluster, eff, stage_costs=c))(rows, costs)
 
@@ -117,6 +143,45 @@ def _keys(job, plans_of, row, cluster) -> dict[str, jax.Array]:
     words = [_bits(_group_index(which, groups))]
     words += [_bits(x) for _, _, inputs in groups for x in registry.array_leaves(inputs)]
     out[name] = jnp.concatenate(words)
+  return out
+
+
+def stage_reads(job: RLJob, plans_of, row: jax.ShapeDtypeStruct,
+                cluster: Cluster) -> dict[str, frozenset[int]]:
+  """Stage name -> the elements of a row (raveled) its inputs may depend on (a
+  superset; :func:`dependence.element_dependence` of what :func:`_keys` reads).
+  Traceable: ``job`` and ``cluster`` may be traced."""
+  keys = lambda r: _keys(job, plans_of, r, cluster)
+  names = sorted(jax.eval_shape(keys, row))  # a dict's leaves come in key order
+  return dict(zip(names, dependence.element_dependence(keys, row), strict=True))
+
+
+def _labelled(job, plans_of, rows, cluster, labels, label_of, kinds) -> dict:
+  """Stage name -> :func:`distinct` of the labels of the row elements its
+  inputs read (stages that read the same labels share one grouping), or None
+  for the stages costed on every row."""
+  n = rows.shape[0]
+  width = int(np.prod(rows.shape[1:], dtype=int))
+  if label_of is None or len(label_of) != width:
+    raise ValueError(f"estimate_rows: label_of has {None if label_of is None else len(label_of)} "
+                     f"entries; it needs one per row element ({width})")
+  if labels.ndim != 2 or labels.shape[0] != n:
+    raise ValueError(f"estimate_rows: labels of shape {tuple(labels.shape)} must be "
+                     f"[{n}, L] (one row of labels per row)")
+  if any(not 0 <= int(j) < labels.shape[1] for j in label_of):
+    raise ValueError(f"estimate_rows: label_of={tuple(label_of)} names columns outside "
+                     f"the {labels.shape[1]} of labels")
+  reads = stage_reads(job, plans_of, jax.ShapeDtypeStruct(rows.shape[1:], rows.dtype), cluster)
+  words = labels.astype(jnp.uint32)
+  shared, out = {}, {}
+  for name, kind in kinds.items():
+    if kind not in FACTORED_KINDS:
+      out[name] = None
+      continue
+    cols = tuple(sorted({int(label_of[e]) for e in reads[name]}))
+    if cols not in shared:
+      shared[cols] = distinct(words[:, list(cols)] if cols else jnp.zeros((n, 1), jnp.uint32))
+    out[name] = shared[cols]
   return out
 
 
@@ -175,9 +240,10 @@ def _pick(which, groups, costs):
   return jax.tree.map(lambda *xs: jnp.select([g == i for i in range(len(xs))], xs), *costs)
 
 
-def _costed(job, plans_of, rows, cluster, eff, name, keys, block):
-  """Stage ``name``'s cost under every row: computed once per distinct key in a
-  loop over blocks of distinct keys, or on every row where ``keys`` is None."""
+def _costed(job, plans_of, rows, cluster, eff, name, group, block):
+  """Stage ``name``'s cost under every row: computed once per distinct input in
+  a loop over blocks of them (``group``: :func:`distinct`'s answer), or on every
+  row where ``group`` is None."""
 
   def cost_of(job, cluster, eff, row):
     plans, which = plans_of(row)
@@ -188,10 +254,10 @@ def _costed(job, plans_of, rows, cluster, eff, name, keys, block):
   # A jitted function of explicit arguments: the loop's body and its buffers'
   # shapes share one trace.
   blocked = jax.jit(jax.vmap(cost_of, in_axes=(None, None, None, 0)))
-  if keys is None:
+  if group is None:
     return blocked(job, cluster, eff, rows)
   n = rows.shape[0]
-  firsts, inverse, count = distinct(keys)
+  firsts, inverse, count = group
   steps = -(-n // block)
   firsts = jnp.concatenate([firsts, jnp.zeros((steps * block - n,), jnp.int32)])
   return _blocks(lambda i: blocked(job, cluster, eff, rows[i]), firsts, count, block, inverse)
