@@ -1,0 +1,85 @@
+"""The exact programs of :mod:`search._src.evaluate`: jitted over a chunk of value
+vectors, specialised on the family's structure (static), the job, cluster and
+efficiency parameters as arguments."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+
+import costmodel as cm
+from search._src import compile_cache
+from search._src import space as space_lib
+
+
+def _one(structure, job, cluster, eff, v):
+  plan = structure.to_plan(v)
+  est = cm.estimate(job, plan, cluster, eff, tau=0.0)
+  excess = space_lib.memory_excess(structure, v, est, job, cluster)
+  return est, excess
+
+
+def _factored(structure, job, cluster, eff, values, labels=None, label_of=None):
+  """Every row's ``(Estimate, memory excess)``, each stage costed once per
+  distinct input of ``values`` (:func:`costmodel.estimate_rows`; grouped by
+  ``labels`` where given)."""
+  est, = cm.estimate_rows(job, lambda v: ((structure.to_plan(v),), 0), values, cluster, eff,
+                          labels=labels, label_of=label_of)
+  excess = jax.vmap(lambda v, e: space_lib.memory_excess(structure, v, e, job, cluster))(
+      values, est)
+  return est, excess
+
+
+# The lean scorers keep XLA's default options: they serve enumeration and the
+# baselines, whose throughput (large chunks) the classic emitters would halve.
+# Enumeration's chunks share most stage inputs (on GRPO Qwen2.5-7B, 64 H100,
+# 16,384-row chunks in enumeration order, one core, 2026-12-05: 2.1-2.4 ms a
+# chunk, 7-8 M plans/s, against 34 ms row by row); on the large jobs' uniform
+# samples costing each row is mostly faster (random search and annealing).
+@functools.partial(jax.jit, static_argnames=("structure",))
+def scores(structure, job, cluster, eff, values):
+  est, excess = _factored(structure, job, cluster, eff, values)
+  return est.step_time_s, est.feasible, excess
+
+
+# With the rows labelled by the options of each block they take (enumeration),
+# the rows of a stage are grouped by those labels rather than by the bits of
+# its inputs: on GRPO Qwen2.5-7B, 64 H100, 16,384-row chunks in enumeration
+# order, one core (2026-12-06), 1.2-1.3 against 2.1-2.4 ms a chunk; on uniform
+# samples the two take about as long.
+@functools.partial(jax.jit, static_argnames=("structure", "label_of"))
+def scores_labelled(structure, label_of, job, cluster, eff, values, labels):
+  est, excess = _factored(structure, job, cluster, eff, values, labels, label_of)
+  return est.step_time_s, est.feasible, excess
+
+
+@functools.partial(jax.jit, static_argnames=("structure",))
+def scores_by_row(structure, job, cluster, eff, values):
+  est, excess = jax.vmap(lambda v: _one(structure, job, cluster, eff, v))(values)
+  return est.step_time_s, est.feasible, excess
+
+
+# The exact programs of searches and rules (``full``). The ranking program
+# returns what the discrete phases read of every row (step time, feasibility,
+# memory excess, and each stage's duration and memory excess for the cut DP),
+# so XLA drops the rest of the estimate; it runs many times, so it is compiled
+# with the classic emitters at backend optimisation level 1
+# (:data:`~search._src.compile_cache.FORWARD`). The whole-estimate program
+# serves few rows (a search's top plans, the rules of thumb) and is compiled
+# for compile time (:data:`~search._src.compile_cache.FAST_COMPILE`). On PPO
+# Llama-3.1-70B's three families (one shared program each, 2,048-row chunks,
+# 2 CPU cores, 2026-12-04) the two took 5.3 and 6.5 s to compile and the
+# ranking program scored 2,048 rows in 7.3 ms, where the one whole-estimate
+# program that served both before took 11.5 s and 20 ms.
+@functools.partial(jax.jit, static_argnames=("structure",),
+                   compiler_options=compile_cache.FORWARD)
+def ranking(structure, job, cluster, eff, values):
+  est, excess = _factored(structure, job, cluster, eff, values)
+  return est.step_time_s, est.feasible, excess, ((est.duration_s, est.memory_excess),)
+
+
+@functools.partial(jax.jit, static_argnames=("structure",),
+                   compiler_options=compile_cache.FAST_COMPILE)
+def estimates(structure, job, cluster, eff, values):
+  return jax.vmap(lambda v: _one(structure, job, cluster, eff, v))(values)
