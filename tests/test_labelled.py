@@ -184,3 +184,17 @@ def test_a_stage_reads_nothing_of_a_row_but_what_stage_reads_lists(split):
     mixed = b.copy()
     mixed[list(read)] = a[list(read)]
     np.testing.assert_array_equal(keys(mixed)[name], want[name], err_msg=name)
+
+
+def test_scores_take_rows_of_any_number_type_chunk_by_chunk(split):
+  # Each chunk is cast to float32 where it is scored: float64 rows, their
+  # float32 cast and nested lists score alike, the last chunk padded.
+  fs, blocks = split
+  rows, labels = _all_rows(blocks, per=40)
+  rows, labels = rows[:150], labels[:150]
+  ev = evaluate.Evaluator(fs, chunk=64, label_of=blocks.label_of)
+  want = ev.scores(rows.astype(np.float32), labels=labels)
+  assert len(want.step_time_s) == 150
+  for got in (ev.scores(rows, labels=labels), ev.scores(rows.tolist(), labels=labels)):
+    score_checks.assert_same_scores(got, want, min_finite=1)
+  assert ev.count == 3 * 150
