@@ -61,6 +61,8 @@ from costmodel._src.specs.rule_table import Rule
 from costmodel._src.step.estimate import estimate
 from costmodel._src.step.estimate import estimate_shared
 from costmodel._src.step.factored import estimate_rows
+from costmodel._src.step.factored import stage_cost_rows
+from costmodel._src.step.factored import stage_reads
 from costmodel._src.step.estimate import stage_names
 from costmodel._src.step.result import Estimate
 
@@ -117,7 +119,9 @@ __all__ = (
     "rule_violations",
     "smooth_relu",
     "split_cases",
+    "stage_cost_rows",
     "stage_names",
+    "stage_reads",
     "steady_state",
     "validate_plan",
     "validation",

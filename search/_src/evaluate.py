@@ -76,12 +76,16 @@ class Evaluator:
     label_of: With ``factored`` and not ``full``: for each variable, the column
       of the labels :meth:`scores` may be given that identifies its value
       (:func:`costmodel.estimate_rows`).
+    tables: With ``label_of``: stage name -> ``(labels column, costs)``, the
+      stage's costs looked up by each row's label in that column
+      (:func:`search._src.stage_tables.build`); labelled rows are then scored
+      only with a label inside every table.
   """
 
   def __init__(self, fs: space_lib.FamilySpace, efficiency: cm.Efficiency | None = None,
                chunk: int = DEFAULT_CHUNK, full: bool = False,
                shared: shared_lib.SharedSpace | bool | None = None, factored: bool = True,
-               label_of: tuple[int, ...] | None = None):
+               label_of: tuple[int, ...] | None = None, tables: dict | None = None):
     if not isinstance(chunk, int) or chunk < 1:
       raise ValueError(f"Evaluator: chunk={chunk!r} must be a positive integer")
     if label_of is not None and (full or not factored):
@@ -90,6 +94,8 @@ class Evaluator:
     if label_of is not None and len(label_of) != len(fs.vars):
       raise ValueError(f"Evaluator: label_of has {len(label_of)} entries for {len(fs.vars)} "
                        "variables")
+    if tables and label_of is None:
+      raise ValueError("Evaluator: tables need label_of (they are looked up by label)")
     if shared is None and full:
       shared = shared_lib.holding(fs.structure)
     shared = shared or None
@@ -104,6 +110,7 @@ class Evaluator:
     self.full = full
     self.factored = factored
     self.label_of = None if label_of is None else tuple(int(j) for j in label_of)
+    self.tables = dict(tables or {})
     self.count = 0
     self._stage_names = None
     self._compiled = {}
@@ -156,13 +163,16 @@ class Evaluator:
       fs = self.fs
       consts = jax.device_put((fs.job, fs.cluster, self.eff))
       if labels is not None:
-        jitted = functools.partial(programs.scores_labelled, fs.structure, self.label_of)
+        cols = tuple(sorted((n, col) for n, (col, _) in self.tables.items()))
+        tables = jax.device_put({n: c for n, (_, c) in self.tables.items()})
+        jitted = functools.partial(programs.scores_labelled, fs.structure, self.label_of, cols)
+        compiled = jax.jit(jitted).lower(*consts, part, labels, tables).compile()
+        program = lambda part, labels: compiled(*consts, part, labels, tables)
       else:
         lean = programs.scores if self.factored else programs.scores_by_row
-        jitted = functools.partial(lean, fs.structure)
-      args = (*consts, part) + ((labels,) if labels is not None else ())
-      compiled = jax.jit(jitted).lower(*args).compile()
-      program = self._compiled[kind] = functools.partial(compiled, *consts)
+        compiled = jax.jit(functools.partial(lean, fs.structure)).lower(*consts, part).compile()
+        program = functools.partial(compiled, *consts)
+      self._compiled[kind] = program
     return program(part) if labels is None else program(part, labels)
 
   def _first_rows(self, n: int) -> np.ndarray:
@@ -229,6 +239,11 @@ class Evaluator:
         if len(labels) and (labels.min() < 0 or labels.max() >= 2**32):
           raise ValueError("Evaluator.scores: labels must lie in [0, 2**32)")
         labels = labels.astype(np.uint32)
+      for name, (col, costs) in self.tables.items():
+        size = len(jax.tree.leaves(costs)[0])
+        if len(labels) and labels[:, col].max() >= size:
+          raise ValueError(f"Evaluator.scores: labels column {col} reaches "
+                           f"{int(labels[:, col].max())}; {name!r}'s table has {size} rows")
     values = np.asarray(values)
     if with_estimates:
       est, excess = self._whole(values.astype(np.float32, copy=False))

@@ -20,12 +20,12 @@ def _one(structure, job, cluster, eff, v):
   return est, excess
 
 
-def _factored(structure, job, cluster, eff, values, labels=None, label_of=None):
+def _factored(structure, job, cluster, eff, values, labels=None, label_of=None, tables=None):
   """Every row's ``(Estimate, memory excess)``, each stage costed once per
   distinct input of ``values`` (:func:`costmodel.estimate_rows`; grouped by
-  ``labels`` where given)."""
+  ``labels`` where given, looked up in ``tables`` where they hold it)."""
   est, = cm.estimate_rows(job, lambda v: ((structure.to_plan(v),), 0), values, cluster, eff,
-                          labels=labels, label_of=label_of)
+                          labels=labels, label_of=label_of, tables=tables)
   excess = jax.vmap(lambda v, e: space_lib.memory_excess(structure, v, e, job, cluster))(
       values, est)
   return est, excess
@@ -48,9 +48,12 @@ def scores(structure, job, cluster, eff, values):
 # its inputs: on GRPO Qwen2.5-7B, 64 H100, 16,384-row chunks in enumeration
 # order, one core (2026-12-06), 1.2-1.3 against 2.1-2.4 ms a chunk; on uniform
 # samples the two take about as long.
-@functools.partial(jax.jit, static_argnames=("structure", "label_of"))
-def scores_labelled(structure, label_of, job, cluster, eff, values, labels):
-  est, excess = _factored(structure, job, cluster, eff, values, labels, label_of)
+# ``table_cols``: stage name -> the labels column that indexes its table in
+# ``tables`` (:mod:`search._src.stage_tables`).
+@functools.partial(jax.jit, static_argnames=("structure", "label_of", "table_cols"))
+def scores_labelled(structure, label_of, table_cols, job, cluster, eff, values, labels, tables):
+  tables = {name: (col, tables[name]) for name, col in table_cols}
+  est, excess = _factored(structure, job, cluster, eff, values, labels, label_of, tables)
   return est.step_time_s, est.feasible, excess
 
 

@@ -71,6 +71,7 @@ class Blocks:
     # Where each key's valid rows start among all of the block's, for labels.
     self._offsets = [np.concatenate([[0], np.cumsum([len(r) for r in table])])[:-1]
                      .astype(np.int64) for table in tables]
+    self._totals = [sum(len(r) for r in table) for table in tables]
 
   def _full(self, combos: np.ndarray) -> np.ndarray:
     """Value vectors of pool combinations (every other variable at its first option)."""
@@ -109,6 +110,11 @@ class Blocks:
       for key, m in zip(keys[start:start + per], ok, strict=True):
         out[key] = grid[m]
     return out
+
+  def total_rows(self, i: int) -> int:
+    """Valid rows of block ``i`` (of :attr:`other`) over every pool size: its
+    labels lie in ``[0, total_rows(i))``."""
+    return int(self._totals[i])
 
   @property
   def size(self) -> int:

@@ -22,6 +22,11 @@ block of variables a row takes. A stage's rows are then grouped by the labels
 of the row elements its inputs may depend on, found once per trace by following
 them through the program that computes the inputs from the row
 (:func:`dependence.element_dependence`, which can only list too many).
+
+Where one label decides a stage's inputs over a whole space (an enumeration
+labels each block's valid rows, and a stage may read one block only), the
+caller may cost the stage once per label beforehand (:func:`stage_cost_rows`)
+and pass the table (``tables``): the stage is then looked up, not costed.
 """
 
 from __future__ import annotations
@@ -61,7 +66,8 @@ _MIXES = (0x7FEB352D, 0x846CA68B)
 def estimate_rows(job: RLJob, plans_of, rows: jax.Array, cluster: Cluster,
                   efficiency: Efficiency | None = None, block: int = BLOCK,
                   labels: jax.Array | None = None,
-                  label_of: tuple[int, ...] | None = None) -> tuple:
+                  label_of: tuple[int, ...] | None = None,
+                  tables: dict | None = None) -> tuple:
   """Exact estimates of every row, each stage costed once per distinct input.
 
   Traceable (one compiled program serves any batch of the shape): the work of a
@@ -82,20 +88,30 @@ def estimate_rows(job: RLJob, plans_of, rows: jax.Array, cluster: Cluster,
       the index of the option combination it takes).
     label_of: Static: for each element of a row (raveled), the column of
       ``labels`` that identifies it.
+    tables: Stage name -> ``(column, costs)``: the stage's costs computed
+      beforehand (:func:`stage_cost_rows`), a :class:`StageCost` with a
+      leading axis T, and the column of ``labels`` that indexes them: the
+      caller's promise that the stage costs ``costs[labels[i, column]]`` under
+      row ``i``. A label outside ``[0, T)`` gives a NaN cost (the row's step
+      time is NaN), never another row's. Needs ``labels``.
 
   Returns:
     ``jax.vmap(lambda r: estimate_shared(job, *plans_of(r), cluster,
     efficiency))(rows)``: one :class:`Estimate` per plan, leading axis N.
 
   Raises:
-    ValueError: for a block that is not a positive integer, or labels that do
+    ValueError: for a block that is not a positive integer, labels that do
       not match the rows (``label_of`` one entry per row element, each a column
-      of ``labels``; one label per row).
+      of ``labels``; one label per row), or tables without labels, for a stage
+      of another kind than generation, inference or training, or indexed by a
+      column ``labels`` lacks.
   """
   if not isinstance(block, int) or isinstance(block, bool) or block < 1:
     raise ValueError(f"estimate_rows: block={block!r} must be a positive integer")
   eff = efficiency if efficiency is not None else Efficiency()
   kinds = {st.name: st.kind for st in alg.stage_graph(job)}
+  tables = dict(tables or {})
+  _check_tables(tables, labels, kinds)
   if labels is None:
     if label_of is not None:
       raise ValueError("estimate_rows: label_of needs labels")
@@ -103,11 +119,55 @@ def estimate_rows(job: RLJob, plans_of, rows: jax.Array, cluster: Cluster,
     groups = {name: distinct(k) if kinds[name] in FACTORED_KINDS else None
               for name, k in keys.items()}
   else:
-    groups = _labelled(job, plans_of, rows, cluster, labels, label_of, kinds)
-  costs = {name: _costed(job, plans_of, rows, cluster, eff, name, g, block)
+    groups = _labelled(job, plans_of, rows, cluster, labels, label_of, kinds, set(tables))
+  costs = {name: _looked_up(tables[name], labels) if name in tables else
+           _costed(job, plans_of, rows, cluster, eff, name, g, block)
            for name, g in groups.items()}
   return jax.vmap(lambda r, c: estimate_lib.estimate_shared(
       job, *plans_of(r), cluster, eff, stage_costs=c))(rows, costs)
+
+
+def stage_cost_rows(job: RLJob, plans_of, rows: jax.Array, cluster: Cluster,
+                    efficiency: Efficiency | None = None,
+                    names: tuple[str, ...] | None = None) -> dict:
+  """Stage name -> its cost under every row (a :class:`StageCost` with a
+  leading axis N), each row costed on its own: the tables
+  :func:`estimate_rows` may be given. Arguments as there; ``names``: the
+  stages (default: every generation, inference and training stage)."""
+  eff = efficiency if efficiency is not None else Efficiency()
+  kinds = {st.name: st.kind for st in alg.stage_graph(job)}
+  if names is None:
+    names = tuple(n for n, k in kinds.items() if k in FACTORED_KINDS)
+  bad = [n for n in names if n not in kinds]
+  if bad:
+    raise ValueError(f"stage_cost_rows: names={tuple(names)} holds {bad}, not stages of "
+                     f"{job.algorithm}'s graph {tuple(kinds)}")
+  return {n: _costed(job, plans_of, rows, cluster, eff, n, None, BLOCK) for n in names}
+
+
+def _check_tables(tables: dict, labels, kinds: dict) -> None:
+  """Refuses tables :func:`estimate_rows` cannot use (see there)."""
+  if not tables:
+    return
+  if labels is None:
+    raise ValueError(f"estimate_rows: tables for {sorted(tables)} need labels")
+  for name, (col, _) in tables.items():
+    if kinds.get(name) not in FACTORED_KINDS:
+      raise ValueError(f"estimate_rows: tables[{name!r}]: {name!r} is not a generation, "
+                       f"inference or training stage of {tuple(kinds)}")
+    if not isinstance(col, (int, np.integer)) or not 0 <= int(col) < labels.shape[-1]:
+      raise ValueError(f"estimate_rows: tables[{name!r}] is indexed by column {col!r}; "
+                       f"labels have {labels.shape[-1]}")
+
+
+def _looked_up(table, labels):
+  """The costs ``table[1]`` at each row's label in column ``table[0]`` (NaN
+  outside the table)."""
+  col, costs = table
+  at = labels[:, int(col)].astype(jnp.int32)
+  return jax.tree.map(lambda t: jnp.take(t, at, axis=0, mode="fill",
+                                         fill_value=jnp.nan if jnp.issubdtype(
+                                             t.dtype, jnp.floating) else None), costs)
 
 
 def distinct_inputs(job: RLJob, plans_of, rows: jax.Array, cluster: Cluster) -> dict:
@@ -146,20 +206,26 @@ def _keys(job, plans_of, row, cluster) -> dict[str, jax.Array]:
   return out
 
 
-def stage_reads(job: RLJob, plans_of, row: jax.ShapeDtypeStruct,
-                cluster: Cluster) -> dict[str, frozenset[int]]:
+def stage_reads(job: RLJob, plans_of, row: jax.ShapeDtypeStruct, cluster: Cluster,
+                costed_once: bool = False) -> dict[str, frozenset[int]]:
   """Stage name -> the elements of a row (raveled) its inputs may depend on (a
-  superset; :func:`dependence.element_dependence` of what :func:`_keys` reads).
-  Traceable: ``job`` and ``cluster`` may be traced."""
+  superset; :func:`dependence.element_dependence` of what :func:`_keys` reads);
+  with ``costed_once``, only the stages :func:`estimate_rows` costs once per
+  distinct input (generation, inference, training). Traceable: ``job`` and
+  ``cluster`` may be traced."""
   keys = lambda r: _keys(job, plans_of, r, cluster)
   names = sorted(jax.eval_shape(keys, row))  # a dict's leaves come in key order
-  return dict(zip(names, dependence.element_dependence(keys, row), strict=True))
+  out = dict(zip(names, dependence.element_dependence(keys, row), strict=True))
+  if costed_once:
+    kinds = {st.name: st.kind for st in alg.stage_graph(job)}
+    out = {n: r for n, r in out.items() if kinds[n] in FACTORED_KINDS}
+  return out
 
 
-def _labelled(job, plans_of, rows, cluster, labels, label_of, kinds) -> dict:
+def _labelled(job, plans_of, rows, cluster, labels, label_of, kinds, tabled=()) -> dict:
   """Stage name -> :func:`distinct` of the labels of the row elements its
   inputs read (stages that read the same labels share one grouping), or None
-  for the stages costed on every row."""
+  for the stages costed on every row or looked up in ``tabled``'s tables."""
   n = rows.shape[0]
   width = int(np.prod(rows.shape[1:], dtype=int))
   if label_of is None or len(label_of) != width:
@@ -175,7 +241,7 @@ def _labelled(job, plans_of, rows, cluster, labels, label_of, kinds) -> dict:
   words = labels.astype(jnp.uint32)
   shared, out = {}, {}
   for name, kind in kinds.items():
-    if kind not in FACTORED_KINDS:
+    if kind not in FACTORED_KINDS or name in tabled:
       out[name] = None
       continue
     cols = tuple(sorted({int(label_of[e]) for e in reads[name]}))
