@@ -65,10 +65,10 @@ def test_each_stage_is_tabled_by_the_block_that_decides_it(split, ppo_split3):
     assert len(jax.tree.leaves(costs)[0]) == blocks3.total_rows(col - len(blocks3.pool_idx))
 
 
-def test_block_rows_are_valid_plans_in_the_order_of_the_labels(split):
+def test_label_rows_are_valid_plans_in_the_order_of_the_labels(split):
   fs, blocks, _ = split
   for i, (_, idx) in enumerate(blocks.other):
-    table = stage_tables.block_rows(blocks, i)
+    table = blocks.label_rows(i)
     assert len(table) == blocks.total_rows(i)
     assert fs.valid(table).all()
     rows, labels = _rows(blocks)

@@ -239,11 +239,7 @@ class Evaluator:
         if len(labels) and (labels.min() < 0 or labels.max() >= 2**32):
           raise ValueError("Evaluator.scores: labels must lie in [0, 2**32)")
         labels = labels.astype(np.uint32)
-      for name, (col, costs) in self.tables.items():
-        size = len(jax.tree.leaves(costs)[0])
-        if len(labels) and labels[:, col].max() >= size:
-          raise ValueError(f"Evaluator.scores: labels column {col} reaches "
-                           f"{int(labels[:, col].max())}; {name!r}'s table has {size} rows")
+      self._check_table_labels(labels)
     values = np.asarray(values)
     if with_estimates:
       est, excess = self._whole(values.astype(np.float32, copy=False))
@@ -260,6 +256,19 @@ class Evaluator:
       pick = lambda part: self._run_lean(part)[:3]
     t, f, x = self._rows(values, pick)
     return _finish(t, f, x)
+
+  def _check_table_labels(self, labels: np.ndarray) -> None:
+    """Refuses labels outside a table (one look per column the tables read)."""
+    if not len(labels):
+      return
+    tops = {}
+    for col, costs in self.tables.values():
+      tops.setdefault(col, labels[:, col].max())
+    for name, (col, costs) in self.tables.items():
+      size = len(jax.tree.leaves(costs)[0])
+      if tops[col] >= size:
+        raise ValueError(f"Evaluator.scores: labels column {col} reaches {int(tops[col])}; "
+                         f"{name!r}'s table has {size} rows")
 
   def stage_scores(self, values: np.ndarray):
     """:meth:`scores` with each stage's duration and memory excess, from the

@@ -56,26 +56,6 @@ def covering_blocks(fs: space_lib.FamilySpace, blocks: valid_space.Blocks) -> di
   return out
 
 
-def block_rows(blocks: valid_space.Blocks, i: int) -> np.ndarray:
-  """One value vector per valid row of block ``i``, in the order of its labels:
-  the row under a pool combination of its key, every other block at its first
-  valid row there. Keys no kept combination takes (their rows label no plan)
-  repeat the first representable row."""
-  offsets = blocks._offsets[i]  # pylint: disable=protected-access
-  counts = np.diff(np.append(offsets, blocks.total_rows(i)))
-  keys, first = np.unique(blocks.key_index[i], return_index=True)
-  out = np.zeros((int(counts.sum()), len(blocks.fs.vars)))
-  idx = list(blocks.other[i][1])
-  filled = np.zeros(len(out), bool)
-  for k, p in zip(keys, first, strict=True):
-    at = slice(offsets[k], offsets[k] + counts[k])
-    out[at] = blocks.decode(int(p), 0, 1)[0]
-    out[at, idx] = blocks.rows[p][i]
-    filled[at] = True
-  out[~filled] = out[np.argmax(filled)]
-  return out
-
-
 def build(fs: space_lib.FamilySpace, blocks: valid_space.Blocks,
           efficiency: cm.Efficiency | None = None) -> dict[str, tuple[int, object]]:
   """Stage name -> ``(labels column, costs)``: the tables
@@ -94,7 +74,7 @@ def build(fs: space_lib.FamilySpace, blocks: valid_space.Blocks,
   m = len(blocks.pool_idx)
   out = {}
   for i in sorted(set(cover.values())):
-    rows = block_rows(blocks, i).astype(np.float32)
+    rows = blocks.label_rows(i).astype(np.float32)
     n = len(rows)
     pad = np.concatenate([rows, np.repeat(rows[-1:], -n % CHUNK, 0)])
     parts = [program(fs.job, fs.cluster, eff, pad[s:s + CHUNK]) for s in range(0, n, CHUNK)]

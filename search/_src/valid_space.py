@@ -116,6 +116,24 @@ class Blocks:
     labels lie in ``[0, total_rows(i))``."""
     return int(self._totals[i])
 
+  def label_rows(self, i: int) -> np.ndarray:
+    """One value vector per label of block ``i`` (of :attr:`other`), in label
+    order: the block's valid row under a pool combination of its key, every
+    other block at its first valid row there. Keys no kept combination takes
+    (their labels mark no plan) repeat the first row that has one."""
+    counts = np.diff(np.append(self._offsets[i], self.total_rows(i)))
+    keys, first = np.unique(self.key_index[i], return_index=True)
+    out = np.zeros((int(counts.sum()), len(self.fs.vars)))
+    idx = list(self.other[i][1])
+    filled = np.zeros(len(out), bool)
+    for k, p in zip(keys, first, strict=True):
+      at = slice(self._offsets[i][k], self._offsets[i][k] + counts[k])
+      out[at] = self.decode(int(p), 0, 1)[0]
+      out[at, idx] = self.rows[p][i]
+      filled[at] = True
+    out[~filled] = out[np.argmax(filled)]
+    return out
+
   @property
   def size(self) -> int:
     return int(self.counts.sum())
