@@ -198,3 +198,29 @@ def test_scores_take_rows_of_any_number_type_chunk_by_chunk(split):
   for got in (ev.scores(rows, labels=labels), ev.scores(rows.tolist(), labels=labels)):
     score_checks.assert_same_scores(got, want, min_finite=1)
   assert ev.count == 3 * 150
+
+
+def test_decoding_any_range_gives_its_rows_one_by_one(split):
+  # Ranges that start and end inside runs of every block decode as their rows do.
+  fs, blocks = split
+  p = int(np.argmax(blocks.counts))
+  count = int(blocks.counts[p])
+  for start, stop in ((0, count), (1, count - 1), (count // 3, count // 3 + 7), (5, 5)):
+    rows, labels = blocks.decode(p, start, stop, labels=True)
+    assert len(rows) == len(labels) == stop - start
+    for k in range(start, stop, max(1, (stop - start) // 40)):
+      one, lab = blocks.decode(p, k, k + 1, labels=True)
+      np.testing.assert_array_equal(rows[k - start], one[0])
+      np.testing.assert_array_equal(labels[k - start], lab[0])
+
+
+def test_chunks_hold_every_valid_row_once_in_order(split):
+  fs, blocks = split
+  size = 97  # not a divisor of any pool combination's count
+  got = list(blocks.chunks(size))
+  assert all(len(r) == size for r, _ in got[:-1]) and 0 < len(got[-1][0]) <= size
+  rows, labels = (np.concatenate(a) for a in zip(*got))
+  want = [blocks.decode(p, 0, int(c), labels=True) for p, c in enumerate(blocks.counts)]
+  np.testing.assert_array_equal(rows, np.concatenate([w[0] for w in want]))
+  np.testing.assert_array_equal(labels, np.concatenate([w[1] for w in want]))
+  assert fs.valid(rows).all() and len(rows) == blocks.size

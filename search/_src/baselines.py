@@ -5,12 +5,14 @@ Exhaustive enumeration walks the valid space block by block: for every
 combination of pool sizes, each block of variables (one role's layout, the
 engine) is enumerated and filtered on its own, and the product of the valid
 blocks is decoded chunk by chunk (mixed radix), so memory stays bounded by
-the chunk size whatever the size of the space. Each chunk is scored by one
-jitted, vmapped call; a running top-k is kept.
+the chunk size whatever the size of the space. The next chunk is decoded in a
+thread while the last one is scored (in compiled calls on every core); a running
+top-k is kept.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 
 import numpy as np
@@ -40,7 +42,12 @@ class _TopK:
     self.ranked = None
 
   def add(self, values, scores: evaluate.Scores):
-    take = result_lib.ranking(scores.step_time_s, scores.feasible, scores.excess)[:self.k]
+    obj = result_lib.objective(scores.step_time_s, scores.feasible, scores.excess)
+    if len(obj) > 4 * self.k:  # sort the rows that can be among the best k only
+      cand = np.flatnonzero(obj <= np.partition(obj, self.k - 1)[self.k - 1])
+      take = cand[np.argsort(obj[cand], kind="stable")][:self.k]
+    else:
+      take = np.argsort(obj, kind="stable")[:self.k]
     new = result_lib.Ranked(values[take], scores.step_time_s[take], scores.feasible[take],
                             scores.excess[take])
     merged = result_lib.rank(*((self.ranked,) if self.ranked is not None else ()), new)
@@ -49,6 +56,10 @@ class _TopK:
 
 # Ranked plans kept beyond the top-k, for those the chosen framework's exporter refuses.
 _SPARE = 16
+
+ENUMERATION_CHUNK = 16384
+"""Rows per call of enumeration's compiled scorer: a chunk of ``chunk_size``
+rows is scored in calls of this many, side by side on every core."""
 
 TABLES_FROM = 100_000_000
 """Enumerations of at least this many plans look the stages one block decides
@@ -149,7 +160,8 @@ def enumerate_plans(job: cm.RLJob, cluster: cm.Cluster, family: str,
     family: The placement family.
     space: Discrete options (defaults if None; see ``SpaceOptions.compact``
       for a space small enough to enumerate).
-    chunk_size: Plans per compiled call (memory is bounded by it).
+    chunk_size: Plans decoded and scored at a time (memory is bounded by it),
+      in compiled calls of at most :data:`ENUMERATION_CHUNK` rows.
     top_k: Plans to keep.
     efficiency: Efficiency parameters.
     max_plans: Refuse spaces with more valid plans than this.
@@ -158,29 +170,28 @@ def enumerate_plans(job: cm.RLJob, cluster: cm.Cluster, family: str,
       are those its exporter accepts.
 
   Raises:
-    ValueError: when the space holds more than ``max_plans`` plans, the family
+    ValueError: for a chunk size that is not a positive integer, when the
+      space holds more than ``max_plans`` plans, the family
       cannot hold the job or is not one ``framework`` runs, or for an unknown
       framework.
   """
-  run = _Run(job, cluster, family, space, efficiency, chunk_size, top_k, framework,
-             labelled=True)
+  if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
+    raise ValueError(f"enumerate_plans: chunk_size={chunk_size!r} must be a positive integer")
+  run = _Run(job, cluster, family, space, efficiency, min(chunk_size, ENUMERATION_CHUNK), top_k,
+             framework, labelled=True)
   blocks, ev, top = run.blocks, run.ev, run.top
   size = blocks.size
   if max_plans is not None and size > max_plans:
     raise ValueError(f"enumerate_plans: family {family!r} has {size:,} valid plans, more "
                      f"than max_plans={max_plans:,}")
-  buf, n_buf = [], 0
-  for p, count in enumerate(blocks.counts.astype(np.int64)):
-    for start in range(0, int(count), chunk_size):
-      buf.append(blocks.decode(p, start, min(start + chunk_size, int(count)), labels=True))
-      n_buf += len(buf[-1][0])
-      while n_buf >= chunk_size:
-        rows, labels = (np.concatenate(a, 0) for a in zip(*buf))
-        top.add(rows[:chunk_size], ev.scores(rows[:chunk_size], labels=labels[:chunk_size]))
-        buf, n_buf = [(rows[chunk_size:], labels[chunk_size:])], len(rows) - chunk_size
-  if n_buf:
-    rows, labels = (np.concatenate(a, 0) for a in zip(*buf))
-    top.add(rows, ev.scores(rows, labels=labels))
+  # The next chunk is decoded in a thread of its own while this one is scored
+  # (the scorer runs outside the interpreter lock, on every core).
+  with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlcost-decode") as pool:
+    chunks = blocks.chunks(chunk_size)
+    ahead = pool.submit(next, chunks, None)
+    while (part := ahead.result()) is not None:
+      ahead = pool.submit(next, chunks, None)
+      top.add(part[0], ev.scores(part[0], labels=part[1]))
   return run.result("enumerate", size)
 
 

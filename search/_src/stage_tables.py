@@ -26,7 +26,7 @@ import costmodel as cm
 from search._src import space as space_lib
 from search._src import valid_space
 
-MAX_ROWS = 1 << 16
+MAX_ROWS = 1 << 18
 """Blocks with more valid rows than this get no table (their stages are costed
 per chunk): a table is computed before the first plan is scored."""
 

@@ -22,6 +22,15 @@ def pool_level(sizes: np.ndarray) -> np.ndarray:
   return bits.min(-1).astype(np.int64)
 
 
+def _columns(idx) -> slice | list[int]:
+  """``idx`` as a slice where it is a run of consecutive columns (a strided
+  copy, about 3x faster than a list's scatter on 65,536 rows), else a list."""
+  idx = [int(j) for j in idx]
+  if idx and idx == list(range(idx[0], idx[0] + len(idx))):
+    return slice(idx[0], idx[0] + len(idx))
+  return idx
+
+
 class Blocks:
   """The valid space of a family as pool combinations x valid block rows.
 
@@ -166,18 +175,47 @@ class Blocks:
     """Rows ``start:stop`` of pool combination ``p``'s product (and, with
     ``labels``, their labels [N, pools + blocks])."""
     rows = self.rows[p]
-    k = np.arange(start, stop, dtype=np.int64)
-    out = np.zeros((len(k), len(self.fs.vars)))
-    lab = self._labels(len(k))
+    n = max(stop - start, 0)
+    out = np.zeros((n, len(self.fs.vars)))
+    lab = self._labels(n)
     m = len(self.pool_idx)
     lab[:, :m] = self._pool_labels(p)
     out[:, list(self.pool_idx)] = self.pools[p]
+    stride = 1  # rows of the later blocks per row of this one
     for i in reversed(range(len(self.other))):
       r = rows[i]
-      k, digit = np.divmod(k, len(r))
-      out[:, list(self.other[i][1])] = r[digit]
-      lab[:, m + i] = self._label(i, p, digit)
+      # Row k takes this block's row (k // stride) % len(r): runs of ``stride``
+      # equal rows, gathered once per run and repeated.
+      runs = np.arange(start // stride, (stop - 1) // stride + 1, dtype=np.int64) if n else (
+          np.zeros(0, np.int64))
+      digit = runs % len(r)
+      cols = _columns(self.other[i][1])
+      if stride == 1:
+        out[:, cols] = r[digit]
+        lab[:, m + i] = self._label(i, p, digit)
+      else:
+        counts = np.minimum((runs + 1) * stride, stop) - np.maximum(runs * stride, start)
+        out[:, cols] = np.repeat(r[digit], counts, axis=0)
+        lab[:, m + i] = np.repeat(self._label(i, p, digit), counts)
+      stride *= len(r)
     return (out, lab) if labels else out
+
+  def chunks(self, size: int):
+    """Every valid row with its labels in enumeration order, ``size`` rows at a
+    time (the last chunk shorter), pool combinations run together: yields
+    ``(rows, labels)``."""
+    buf, held = [], 0
+    for p, count in enumerate(self.counts.astype(np.int64)):
+      for start in range(0, int(count), size):
+        buf.append(self.decode(p, start, min(start + size, int(count)), labels=True))
+        held += len(buf[-1][0])
+        while held >= size:
+          rows, labels = buf[0] if len(buf) == 1 else (np.concatenate(a, 0) for a in zip(*buf))
+          yield rows[:size], labels[:size]
+          held -= size
+          buf = [(rows[size:], labels[size:])] if held else []
+    if held:
+      yield buf[0] if len(buf) == 1 else tuple(np.concatenate(a, 0) for a in zip(*buf))
 
   def sample(self, rng: np.random.Generator, n: int, labels: bool = False):
     """``n`` plans drawn uniformly from the valid space (and, with ``labels``,
