@@ -157,6 +157,17 @@ def test_ranking_puts_feasible_first_by_step_time_then_memory_excess():
   assert result_lib.ranking(t, f, x).tolist() == [1, 6, 3, 0, 4, 5, 2]
 
 
+@pytest.mark.parametrize("k", [1, 5, 21, 300])
+def test_ranking_k_is_the_head_of_the_full_ranking_ties_included(k):
+  rng = np.random.default_rng(5)
+  n = 2000
+  t = rng.integers(0, 40, n).astype(float)  # many ties, kept in row order
+  t[rng.random(n) < 0.05] = np.inf
+  f, x = rng.random(n) < 0.7, rng.integers(0, 5, n) / 4.0
+  full = result_lib.ranking(t, f, x)
+  np.testing.assert_array_equal(result_lib.ranking(t, f, x, k), full[:k])
+
+
 def test_rank_merges_and_keeps_each_plan_once():
   a = result_lib.Ranked(np.array([[1.0], [2.0]]), np.array([3.0, 1.0]),
                         np.array([True, True]), np.zeros(2))

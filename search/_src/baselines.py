@@ -42,12 +42,7 @@ class _TopK:
     self.ranked = None
 
   def add(self, values, scores: evaluate.Scores):
-    obj = result_lib.objective(scores.step_time_s, scores.feasible, scores.excess)
-    if len(obj) > 4 * self.k:  # sort the rows that can be among the best k only
-      cand = np.flatnonzero(obj <= np.partition(obj, self.k - 1)[self.k - 1])
-      take = cand[np.argsort(obj[cand], kind="stable")][:self.k]
-    else:
-      take = np.argsort(obj, kind="stable")[:self.k]
+    take = result_lib.ranking(scores.step_time_s, scores.feasible, scores.excess, self.k)
     new = result_lib.Ranked(values[take], scores.step_time_s[take], scores.feasible[take],
                             scores.excess[take])
     merged = result_lib.rank(*((self.ranked,) if self.ranked is not None else ()), new)

@@ -261,9 +261,7 @@ class Evaluator:
     """Refuses labels outside a table (one look per column the tables read)."""
     if not len(labels):
       return
-    tops = {}
-    for col, costs in self.tables.values():
-      tops.setdefault(col, labels[:, col].max())
+    tops = {col: labels[:, col].max() for col, _ in self.tables.values()}
     for name, (col, costs) in self.tables.items():
       size = len(jax.tree.leaves(costs)[0])
       if tops[col] >= size:

@@ -28,10 +28,16 @@ def objective(step_time_s, feasible, excess) -> np.ndarray:
   return np.where(feasible, t, _INFEASIBLE * (1.0 + np.nan_to_num(excess, nan=1e6)))
 
 
-def ranking(step_time_s, feasible, excess) -> np.ndarray:
+def ranking(step_time_s, feasible, excess, k: int | None = None) -> np.ndarray:
   """Indices of plans, best first: feasible plans by step time, then
-  infeasible ones by memory excess; ties keep their order (stable)."""
-  return np.argsort(objective(step_time_s, feasible, excess), kind="stable")
+  infeasible ones by memory excess; ties keep their order (stable). With
+  ``k``, the first ``k`` only, sorting just the rows that can be among them
+  (a running top-k of 65,536-row chunks: a full sort took 2.5 ms a chunk)."""
+  obj = objective(step_time_s, feasible, excess)
+  if k is None or len(obj) <= 4 * k:
+    return np.argsort(obj, kind="stable")[:k]
+  cand = np.flatnonzero(obj <= np.partition(obj, k - 1)[k - 1])
+  return cand[np.argsort(obj[cand], kind="stable")][:k]
 
 
 class Ranked(NamedTuple):

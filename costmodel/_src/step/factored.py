@@ -63,6 +63,11 @@ _MULTIPLIERS = (np.random.default_rng(0x5EED).integers(0, 2**31, size=64, dtype=
 _MIXES = (0x7FEB352D, 0x846CA68B)
 
 
+def _kinds(job: RLJob) -> dict[str, str]:
+  """Stage name -> kind, for every stage of the job's graph."""
+  return {st.name: st.kind for st in alg.stage_graph(job)}
+
+
 def estimate_rows(job: RLJob, plans_of, rows: jax.Array, cluster: Cluster,
                   efficiency: Efficiency | None = None, block: int = BLOCK,
                   labels: jax.Array | None = None,
@@ -109,7 +114,7 @@ def estimate_rows(job: RLJob, plans_of, rows: jax.Array, cluster: Cluster,
   if not isinstance(block, int) or isinstance(block, bool) or block < 1:
     raise ValueError(f"estimate_rows: block={block!r} must be a positive integer")
   eff = efficiency if efficiency is not None else Efficiency()
-  kinds = {st.name: st.kind for st in alg.stage_graph(job)}
+  kinds = _kinds(job)
   tables = dict(tables or {})
   _check_tables(tables, labels, kinds)
   if labels is None:
@@ -135,7 +140,7 @@ def stage_cost_rows(job: RLJob, plans_of, rows: jax.Array, cluster: Cluster,
   :func:`estimate_rows` may be given. Arguments as there; ``names``: the
   stages (default: every generation, inference and training stage)."""
   eff = efficiency if efficiency is not None else Efficiency()
-  kinds = {st.name: st.kind for st in alg.stage_graph(job)}
+  kinds = _kinds(job)
   if names is None:
     names = tuple(n for n, k in kinds.items() if k in FACTORED_KINDS)
   bad = [n for n in names if n not in kinds]
@@ -217,7 +222,7 @@ def stage_reads(job: RLJob, plans_of, row: jax.ShapeDtypeStruct, cluster: Cluste
   names = sorted(jax.eval_shape(keys, row))  # a dict's leaves come in key order
   out = dict(zip(names, dependence.element_dependence(keys, row), strict=True))
   if costed_once:
-    kinds = {st.name: st.kind for st in alg.stage_graph(job)}
+    kinds = _kinds(job)
     out = {n: r for n, r in out.items() if kinds[n] in FACTORED_KINDS}
   return out
 
