@@ -224,3 +224,61 @@ def test_chunks_hold_every_valid_row_once_in_order(split):
   np.testing.assert_array_equal(rows, np.concatenate([w[0] for w in want]))
   np.testing.assert_array_equal(labels, np.concatenate([w[1] for w in want]))
   assert fs.valid(rows).all() and len(rows) == blocks.size
+
+
+def _chi2_ok(freq, expected):
+  dof = len(freq) - 1
+  chi2 = float(((freq - expected) ** 2 / expected).sum())
+  return chi2 < dof + 5.0 * np.sqrt(2.0 * dof), (chi2, dof)
+
+
+def test_samples_are_uniform_over_the_valid_plans_with_their_labels(split):
+  # Each sampled row is a valid plan with the label enumeration gives it; pool
+  # combinations are drawn in proportion to their plans, and under one
+  # combination each block's rows equally often (chi-square tests at 5 sigma).
+  fs, blocks = split
+  rows, labels = (np.concatenate(a) for a in zip(*blocks.chunks(65536)))
+  code = {r.tobytes(): k for k, r in enumerate(rows)}
+  got, glabels = blocks.sample(np.random.default_rng(3), 200_000, labels=True)
+  assert fs.valid(got).all()
+  which = np.asarray([code[r.tobytes()] for r in got[:3000]])
+  np.testing.assert_array_equal(glabels[:3000], labels[which])
+  m = len(blocks.pool_idx)
+  pools = np.unique(glabels[:, :m], axis=0, return_inverse=True)[1].reshape(-1)
+  assert len(np.unique(pools)) == len(blocks.pools)
+  own = np.asarray([np.flatnonzero((blocks.pools == got[k, list(blocks.pool_idx)]).all(1))[0]
+                    for k in np.unique(pools, return_index=True)[1]])
+  ok, stat = _chi2_ok(np.bincount(pools), blocks.counts[own] / blocks.size * len(got))
+  assert ok, stat
+  q = int(np.argmax(np.bincount(pools)))
+  for i in range(len(blocks.other)):
+    lab = glabels[pools == q, m + i]
+    n_rows = len(blocks.rows[own[q]][i])
+    start = blocks._offsets[i][blocks.key_index[i][own[q]]]
+    assert lab.min() >= start
+    freq = np.bincount(lab - start, minlength=n_rows)
+    assert len(freq) == n_rows
+    ok, stat = _chi2_ok(freq, len(lab) / n_rows)
+    assert ok, (i, stat)
+
+
+def test_labels_of_finds_the_labels_of_valid_plans_and_refuses_others(split):
+  fs, blocks = split
+  rows, labels = (np.concatenate(a) for a in zip(*blocks.chunks(65536)))
+  np.testing.assert_array_equal(blocks.labels_of(rows), labels)
+  got, glabels = blocks.sample(np.random.default_rng(4), 500, labels=True)
+  np.testing.assert_array_equal(blocks.labels_of(got.astype(np.float32)), glabels)
+  bad = got[:3].copy()
+  j = fs.index("actor.tp")
+  bad[2, j] = 3.0  # not an option
+  with pytest.raises(ValueError, match=r"labels_of: row 2 \(.*'actor.tp': 3.0.*\) is not a "
+                                       r"valid plan of family 'split'"):
+    blocks.labels_of(bad)
+  # Options each, but a layout the pool cannot hold: tensor parallel over more
+  # GPUs than the training pool has.
+  bad = got[:1].copy()
+  bad[0, fs.index("pool.train")] = 2.0
+  bad[0, j] = 4.0
+  assert not fs.valid(bad).any()
+  with pytest.raises(ValueError, match="row 0 .* is not a valid plan"):
+    blocks.labels_of(bad)

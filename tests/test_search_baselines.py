@@ -1,10 +1,13 @@
 """Rules of thumb and the random-search / annealing baselines."""
 
+import numpy as np
 import pytest
 
 import costmodel as cm
 import search
+from search._src import baselines
 from search._src import rules as rules_lib
+from search._src import valid_space
 
 
 @pytest.fixture(scope="module")
@@ -79,3 +82,59 @@ def test_enumeration_refuses_a_chunk_size_that_is_not_a_positive_integer(
                                        "a positive integer"):
     search.enumerate_plans(search_job, cluster_2x8, "split", space=compact_space,
                            chunk_size=chunk_size)
+
+
+def test_a_valid_space_is_built_once_per_process_and_problem(search_job, cluster_2x8,
+                                                              compact_space, monkeypatch):
+  built = []
+  monkeypatch.setattr(baselines, "_Blocks", lambda fs: built.append(fs) or
+                      valid_space.Blocks(fs))
+  monkeypatch.setattr(baselines, "_kept_values", type(baselines._kept_values)())
+  for _ in range(2):
+    search.random_search(search_job, cluster_2x8, "split", budget_s=0.0, space=compact_space,
+                         batch=64)
+  assert len(built) == 1
+  # ... and its scorer compiled once: a second evaluator of it reuses the program.
+  compiled = dict(baselines.evaluate._lean_programs)
+  search.random_search(search_job, cluster_2x8, "split", budget_s=0.0, space=compact_space,
+                       batch=64)
+  assert baselines.evaluate._lean_programs == compiled
+  # Another batch size is another problem, and so is another space.
+  job = search_job.replace(prompts_per_step=64.0)
+  search.random_search(job, cluster_2x8, "split", budget_s=0.0, space=compact_space, batch=64)
+  search.random_search(search_job, cluster_2x8, "split", budget_s=0.0, batch=64)
+  assert len(built) == 3
+
+
+@pytest.mark.parametrize("method", ["random", "annealing"])
+def test_sampled_baselines_look_stages_up_in_tables_with_the_same_scores(
+    search_job, cluster_2x8, compact_space, monkeypatch, method):
+  # With tables (here from any size) the baselines score rows by label, and
+  # each row's score is the one costing every stage on that row gives.
+  monkeypatch.setattr(baselines, "TABLES_FROM", 0)
+  monkeypatch.setattr(baselines, "_kept_values", type(baselines._kept_values)())
+  scored = []
+  real = baselines._Run.scores
+
+  def spy(self, rows, labels=None):
+    s = real(self, rows, labels)
+    scored.append((self, np.array(rows), s))  # annealing moves its chains in place
+    return s
+
+  monkeypatch.setattr(baselines._Run, "scores", spy)
+  if method == "random":
+    res = search.random_search(search_job, cluster_2x8, "split", budget_s=0.0,
+                               space=compact_space, batch=512, seed=1)
+  else:
+    res = search.simulated_annealing(search_job, cluster_2x8, "split", budget_s=600.0,
+                                     space=compact_space, chains=256, seed=1,
+                                     max_evaluations=4 * 256)
+  assert res.best_plan is not None and len(scored) == (1 if method == "random" else 4)
+  run = scored[0][0]
+  assert run.labelled and run.ev.tables
+  by_row = baselines.evaluate.Evaluator(run.fs, chunk=512, factored=False)
+  for _, rows, s in scored:
+    want = by_row.scores(rows)
+    np.testing.assert_allclose(s.step_time_s, want.step_time_s, rtol=2e-6)
+    np.testing.assert_array_equal(s.feasible, want.feasible)
+    np.testing.assert_allclose(s.excess, want.excess, rtol=2e-6, atol=1e-3)

@@ -254,9 +254,10 @@ def cut_dp(job: cm.RLJob, cluster: cm.Cluster, budget_s: float | None = None,
   eff = efficiency if efficiency is not None else cm.Efficiency()
   runs = []
   for f in fams:
-    fs = fw.build(f, job, cluster, space)
-    if fs is not None:
-      runs.append(_Family(fs, eff, chunk, keep))
+    if fw.build(f, job, cluster, space) is not None:
+      # The valid space as the baselines keep it per process (built once).
+      _, fs, blocks = baselines._valid_space(job, cluster, f, space, framework)
+      runs.append(_Family(fs, eff, chunk, keep, blocks=blocks))
   if not runs:
     return SearchResult(method="cut_dp", wall_time_s=time.perf_counter() - t0,
                         infeasible_reason=f"no family of {fams} can hold the job on "

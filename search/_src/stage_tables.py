@@ -18,6 +18,8 @@ valid row of the actor, critic, reward and engine blocks).
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -32,6 +34,17 @@ per chunk): a table is computed before the first plan is scored."""
 
 CHUNK = 4096
 """Rows of a block costed per call of the tables' program."""
+
+
+# One program for every tabled stage of a structure, run on every block's rows
+# (keeping each block's own stages), compiled once per process and structure:
+# compiling dominates (PPO split3 above, 2 cores, 2026-12-06: 6.5 s, against
+# 13 ms a 4,096-row call), so a program per block would cost more than the
+# stages it skips.
+@functools.partial(jax.jit, static_argnames=("structure", "names"))
+def _costs(structure, names, job, cluster, eff, rows):
+  return cm.stage_cost_rows(job, lambda v: ((structure.to_plan(v),), 0), rows, cluster, eff,
+                            names)
 
 
 def covering_blocks(fs: space_lib.FamilySpace, blocks: valid_space.Blocks) -> dict[str, int]:
@@ -67,21 +80,15 @@ def build(fs: space_lib.FamilySpace, blocks: valid_space.Blocks,
            if blocks.total_rows(i) <= MAX_ROWS}
   if not cover:
     return {}
-  st = fs.structure
   names = tuple(sorted(cover))
-  # One program for every tabled stage, run on every block's rows (keeping
-  # each block's own stages): compiling dominates (PPO split3 above, 2 cores,
-  # 2026-12-06: 6.5 s, against 13 ms a 4,096-row call), so a program per block
-  # would cost more than the stages it skips.
-  program = jax.jit(lambda job, cluster, eff, rows: cm.stage_cost_rows(
-      job, lambda v: ((st.to_plan(v),), 0), rows, cluster, eff, names))
   m = len(blocks.pool_idx)
   out = {}
   for i in sorted(set(cover.values())):
     rows = blocks.label_rows(i).astype(np.float32)
     n = len(rows)
     pad = np.concatenate([rows, np.repeat(rows[-1:], -n % CHUNK, 0)])
-    parts = [program(fs.job, fs.cluster, eff, pad[s:s + CHUNK]) for s in range(0, n, CHUNK)]
+    parts = [_costs(fs.structure, names, fs.job, fs.cluster, eff, pad[s:s + CHUNK])
+             for s in range(0, n, CHUNK)]
     costs = jax.tree.map(lambda *a: np.concatenate([np.asarray(x) for x in a])[:n], *parts)
     out.update({name: (m + i, costs[name]) for name in names if cover[name] == i})
   return out

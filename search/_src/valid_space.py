@@ -4,6 +4,8 @@ view of it)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from search._src import result as result_lib
@@ -60,12 +62,22 @@ class Blocks:
     # Each block's valid rows per distinct size of the pools it reads: the
     # combinations map onto those keys by index (np.unique), not tuple by tuple.
     tables, inverse = [], []
+    # Each block's valid rows over every key, in label order, in one array
+    # (``_flat``; the keys' tables are views of it), and each key's row count.
+    self._flat, self._key_counts = [], []
     for name, idx in self.other:
       deps = self.depends_on(name)
       keys, inv = result_lib.distinct_rows(combos[:, deps].reshape(len(combos), len(deps)))
       keys = [tuple(k) for k in keys]
       table = self.block_rows(name, idx, deps, keys)
-      tables.append([table[k] for k in keys])
+      counts = np.asarray([len(table[k]) for k in keys], np.int64)
+      flat = (np.concatenate([table[k] for k in keys]) if keys else
+              np.zeros((0, len(idx))))
+      del table
+      ends = np.cumsum(counts)
+      tables.append([flat[e - c:e] for e, c in zip(ends, counts, strict=True)])
+      self._flat.append(flat)
+      self._key_counts.append(counts)
       inverse.append(inv.reshape(-1))
     counts = np.ones(len(combos))
     for table, inv in zip(tables, inverse, strict=True):
@@ -78,9 +90,9 @@ class Blocks:
                  for p in keep]
     self.counts = counts[keep]
     # Where each key's valid rows start among all of the block's, for labels.
-    self._offsets = [np.concatenate([[0], np.cumsum([len(r) for r in table])])[:-1]
-                     .astype(np.int64) for table in tables]
-    self._totals = [sum(len(r) for r in table) for table in tables]
+    self._offsets = [np.cumsum(c) - c for c in self._key_counts]
+    self._totals = [len(flat) for flat in self._flat]
+    self._codes = None  # what :meth:`labels_of` searches, built on first use
 
   def _full(self, combos: np.ndarray) -> np.ndarray:
     """Value vectors of pool combinations (every other variable at its first option)."""
@@ -217,19 +229,95 @@ class Blocks:
     if held:
       yield buf[0] if len(buf) == 1 else tuple(np.concatenate(a, 0) for a in zip(*buf))
 
+  def _option_index(self, values: np.ndarray, cols) -> np.ndarray:
+    """Each value's index among its variable's options ([n, len(cols)]; -1
+    where it is none of them, to a relative 1e-6)."""
+    out = np.empty((len(values), len(cols)), np.int64)
+    for k, j in enumerate(cols):
+      opts = np.asarray(self.fs.vars[j].options, np.float64)
+      v = values[:, j]
+      at = np.clip(np.searchsorted(opts, v), 1, len(opts) - 1) if len(opts) > 1 else (
+          np.ones(len(v), np.int64))
+      at = np.where(np.abs(opts[at - 1] - v) <= np.abs(opts[np.minimum(at, len(opts) - 1)] - v),
+                    at - 1, np.minimum(at, len(opts) - 1))
+      ok = np.abs(opts[at] - v) <= 1e-6 * np.maximum(np.abs(v), 1.0)
+      out[:, k] = np.where(ok, at, -1)
+    return out
+
+  def _code(self, idx: np.ndarray, cols) -> np.ndarray:
+    """Option indices [n, len(cols)] as one mixed-radix integer per row."""
+    code = np.zeros(len(idx), np.int64)
+    for k, j in enumerate(cols):
+      code = code * len(self.fs.vars[j].options) + idx[:, k]
+    return code
+
+  def _search_codes(self):
+    """Sorted codes of the kept pool combinations and, per block, of its
+    valid rows keyed by their pool sizes, with where each sorts from."""
+    if self._codes is None:
+      pools = self._code(self._option_index(self._full(self.pools), self.pool_idx),
+                         self.pool_idx)
+      blocks = []
+      for i, (_, idx) in enumerate(self.other):
+        radix = math.prod(len(self.fs.vars[j].options) for j in idx)
+        if radix * max(len(self._key_counts[i]), 1) >= 2**62:
+          raise ValueError(f"Blocks: block {self.other[i][0]!r} has too many option "
+                           "combinations to label rows by code")
+        full = np.zeros((len(self._flat[i]), len(self.fs.vars)))
+        full[:, list(idx)] = self._flat[i]
+        key = np.repeat(np.arange(len(self._key_counts[i])), self._key_counts[i])
+        code = key * radix + self._code(self._option_index(full, idx), idx)
+        order = np.argsort(code, kind="stable")
+        blocks.append((radix, code[order], order))
+      order = np.argsort(pools, kind="stable")
+      self._codes = (pools[order], order, blocks)
+    return self._codes
+
+  def labels_of(self, values: np.ndarray) -> np.ndarray:
+    """The labels [N, pools + blocks] of valid plans ``values`` [N, V] (as
+    :meth:`decode` and :meth:`sample` give them), found by binary search.
+
+    Raises:
+      ValueError: for a row that is not a plan of this valid space.
+    """
+    values = np.asarray(values, np.float64)
+    pool_codes, pool_order, blocks = self._search_codes()
+    n = len(values)
+    idx = self._option_index(values, range(len(self.fs.vars)))
+    found = (idx >= 0).all(1)
+    code = self._code(np.maximum(idx[:, list(self.pool_idx)], 0), self.pool_idx)
+    at = np.minimum(np.searchsorted(pool_codes, code), max(len(pool_codes) - 1, 0))
+    found &= pool_codes[at] == code if len(pool_codes) else np.zeros(n, bool)
+    p = pool_order[at] if len(pool_codes) else np.zeros(n, np.int64)
+    lab = self._labels(n)
+    m = len(self.pool_idx)
+    lab[:, :m] = self._pool_labels(p)
+    for i, ((_, cols), (radix, codes, order)) in enumerate(zip(self.other, blocks,
+                                                                strict=True)):
+      want = self.key_index[i][p] * radix + self._code(np.maximum(idx[:, list(cols)], 0), cols)
+      at = np.minimum(np.searchsorted(codes, want), max(len(codes) - 1, 0))
+      found &= codes[at] == want if len(codes) else np.zeros(n, bool)
+      lab[:, m + i] = order[at] if len(codes) else 0
+    if not found.all():
+      k = int(np.argmin(found))
+      raise ValueError(f"Blocks.labels_of: row {k} ({ {n: float(x) for n, x in zip(self.fs.names, values[k])} }) is "
+                       f"not a valid plan of family {self.fs.family!r}")
+    return lab
+
   def sample(self, rng: np.random.Generator, n: int, labels: bool = False):
     """``n`` plans drawn uniformly from the valid space (and, with ``labels``,
-    their labels as :meth:`decode` gives them)."""
+    their labels as :meth:`decode` gives them): a pool combination in
+    proportion to its plans, then each block's row uniformly among that
+    combination's, gathered by label for all rows at once."""
     p = rng.choice(len(self.pools), size=n, p=self.counts / self.counts.sum())
     out = np.zeros((n, len(self.fs.vars)))
     lab = self._labels(n)
     m = len(self.pool_idx)
     lab[:, :m] = self._pool_labels(p)
-    for q in np.unique(p):
-      sel = np.flatnonzero(p == q)
-      out[np.ix_(sel, list(self.pool_idx))] = self.pools[q]
-      for i, ((_, idx), r) in enumerate(zip(self.other, self.rows[q], strict=True)):
-        digit = rng.integers(0, len(r), size=len(sel))
-        out[np.ix_(sel, list(idx))] = r[digit]
-        lab[sel, m + i] = self._label(i, q, digit)
+    out[:, list(self.pool_idx)] = self.pools[p]
+    for i, (_, idx) in enumerate(self.other):
+      key = self.key_index[i][p]
+      label = self._offsets[i][key] + rng.integers(0, self._key_counts[i][key])
+      out[:, _columns(idx)] = self._flat[i][label]
+      lab[:, m + i] = label
     return (out, lab) if labels else out
