@@ -282,3 +282,19 @@ def test_labels_of_finds_the_labels_of_valid_plans_and_refuses_others(split):
   assert not fs.valid(bad).any()
   with pytest.raises(ValueError, match="row 0 .* is not a valid plan"):
     blocks.labels_of(bad)
+
+
+def test_a_row_is_found_exactly_when_it_is_a_valid_plan(split):
+  # Samples moved one option at random in one variable: find() agrees with the
+  # rule table on every row, and its labels are those of the found rows.
+  fs, blocks = split
+  rng = np.random.default_rng(6)
+  rows = blocks.sample(rng, 3000)
+  for k, j in enumerate(rng.integers(0, len(fs.vars), len(rows))):
+    opts = np.asarray(fs.vars[j].options)
+    rows[k, j] = opts[rng.integers(0, len(opts))]
+  labels, found = blocks.find(rows)
+  valid = fs.valid(rows)
+  assert 0 < valid.sum() < len(rows)
+  np.testing.assert_array_equal(found, valid)
+  np.testing.assert_array_equal(labels[found], blocks.labels_of(rows[found]))

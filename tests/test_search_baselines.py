@@ -138,3 +138,22 @@ def test_sampled_baselines_look_stages_up_in_tables_with_the_same_scores(
     np.testing.assert_allclose(s.step_time_s, want.step_time_s, rtol=2e-6)
     np.testing.assert_array_equal(s.feasible, want.feasible)
     np.testing.assert_allclose(s.excess, want.excess, rtol=2e-6, atol=1e-3)
+
+
+def test_annealing_proposes_one_valid_neighbour_per_chain(search_job, cluster_2x8, compact_space):
+  # Each proposal is a valid neighbour of its chain (one of rounding.neighbours),
+  # labelled as the valid space labels it; chains without one keep their plan.
+  from search._src import rounding  # pylint: disable=g-import-not-at-top
+  _, fs, blocks = baselines._valid_space(search_job, cluster_2x8, "split", compact_space, "any")
+  rng = np.random.default_rng(2)
+  cur = blocks.sample(rng, 300)
+  prop, labels, has = baselines._proposals(fs, blocks, cur, rng)
+  assert has.mean() > 0.9
+  np.testing.assert_array_equal(prop[~has], cur[~has])
+  np.testing.assert_array_equal(labels, blocks.labels_of(prop))
+  nbs, own = rounding.neighbours(fs, cur)
+  for k in np.flatnonzero(has)[:100]:
+    assert (nbs[own == k] == prop[k]).all(1).any(), k
+  # Moves spread over the variables and the pool transfers.
+  moved = {tuple(np.flatnonzero(p != c)) for p, c in zip(prop[has], cur[has])}
+  assert len(moved) > 8

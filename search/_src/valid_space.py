@@ -64,15 +64,17 @@ class Blocks:
     tables, inverse = [], []
     # Each block's valid rows over every key, in label order, in one array
     # (``_flat``; the keys' tables are views of it), and each key's row count.
-    self._flat, self._key_counts = [], []
+    self._flat, self._key_counts, self._grid_pos = [], [], []
     for name, idx in self.other:
       deps = self.depends_on(name)
       keys, inv = result_lib.distinct_rows(combos[:, deps].reshape(len(combos), len(deps)))
       keys = [tuple(k) for k in keys]
       table = self.block_rows(name, idx, deps, keys)
-      counts = np.asarray([len(table[k]) for k in keys], np.int64)
-      flat = (np.concatenate([table[k] for k in keys]) if keys else
+      counts = np.asarray([len(table[k][0]) for k in keys], np.int64)
+      flat = (np.concatenate([table[k][0] for k in keys]) if keys else
               np.zeros((0, len(idx))))
+      self._grid_pos.append(np.concatenate([table[k][1] for k in keys]) if keys else
+                            np.zeros(0, np.int64))
       del table
       ends = np.cumsum(counts)
       tables.append([flat[e - c:e] for e, c in zip(ends, counts, strict=True)])
@@ -112,9 +114,11 @@ class Blocks:
     return [k for k, n in enumerate(names) if n.removeprefix("pool.") in pools]
 
   def block_rows(self, block: str, idx, deps: list[int], keys: list[tuple],
-                 max_rows: int = 1 << 20) -> dict[tuple, np.ndarray]:
+                 max_rows: int = 1 << 20) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
     """Valid rows of ``block`` (its variables ``idx``) for each ``keys`` entry
-    (sizes of the pools ``deps``), checked in chunks of ``max_rows`` rows."""
+    (sizes of the pools ``deps``), checked in chunks of ``max_rows`` rows,
+    with their positions in :meth:`FamilySpace.option_grid` (lexicographic:
+    the mixed-radix code of their options' indices)."""
     fs = self.fs
     grid = fs.option_grid(idx)
     base = self._full(np.zeros((1, len(self.pool_idx))))[0]
@@ -129,7 +133,8 @@ class Blocks:
       full[:, cols] = np.repeat(part, len(grid), 0)
       ok = fs.valid(full, blocks=(block,)).reshape(len(part), len(grid))
       for key, m in zip(keys[start:start + per], ok, strict=True):
-        out[key] = grid[m]
+        at = np.flatnonzero(m)
+        out[key] = (grid[at], at)
     return out
 
   def total_rows(self, i: int) -> int:
@@ -230,16 +235,16 @@ class Blocks:
       yield buf[0] if len(buf) == 1 else tuple(np.concatenate(a, 0) for a in zip(*buf))
 
   def _option_index(self, values: np.ndarray, cols) -> np.ndarray:
-    """Each value's index among its variable's options ([n, len(cols)]; -1
-    where it is none of them, to a relative 1e-6)."""
-    out = np.empty((len(values), len(cols)), np.int64)
+    """Each value of ``values`` [n, len(cols)] (variables ``cols``) as its
+    index among its variable's options; -1 where it is none of them (to a
+    relative 1e-6)."""
+    out = np.empty(values.shape, np.int64)
     for k, j in enumerate(cols):
       opts = np.asarray(self.fs.vars[j].options, np.float64)
-      v = values[:, j]
-      at = np.clip(np.searchsorted(opts, v), 1, len(opts) - 1) if len(opts) > 1 else (
-          np.ones(len(v), np.int64))
-      at = np.where(np.abs(opts[at - 1] - v) <= np.abs(opts[np.minimum(at, len(opts) - 1)] - v),
-                    at - 1, np.minimum(at, len(opts) - 1))
+      v = values[:, k]
+      hi = np.clip(np.searchsorted(opts, v), 0, len(opts) - 1)
+      lo = np.maximum(hi - 1, 0)
+      at = np.where(np.abs(opts[lo] - v) <= np.abs(opts[hi] - v), lo, hi)
       ok = np.abs(opts[at] - v) <= 1e-6 * np.maximum(np.abs(v), 1.0)
       out[:, k] = np.where(ok, at, -1)
     return out
@@ -255,18 +260,15 @@ class Blocks:
     """Sorted codes of the kept pool combinations and, per block, of its
     valid rows keyed by their pool sizes, with where each sorts from."""
     if self._codes is None:
-      pools = self._code(self._option_index(self._full(self.pools), self.pool_idx),
-                         self.pool_idx)
+      pools = self._code(self._option_index(self.pools, self.pool_idx), self.pool_idx)
       blocks = []
       for i, (_, idx) in enumerate(self.other):
         radix = math.prod(len(self.fs.vars[j].options) for j in idx)
         if radix * max(len(self._key_counts[i]), 1) >= 2**62:
           raise ValueError(f"Blocks: block {self.other[i][0]!r} has too many option "
                            "combinations to label rows by code")
-        full = np.zeros((len(self._flat[i]), len(self.fs.vars)))
-        full[:, list(idx)] = self._flat[i]
         key = np.repeat(np.arange(len(self._key_counts[i])), self._key_counts[i])
-        code = key * radix + self._code(self._option_index(full, idx), idx)
+        code = key * radix + self._grid_pos[i]
         order = np.argsort(code, kind="stable")
         blocks.append((radix, code[order], order))
       order = np.argsort(pools, kind="stable")
@@ -280,10 +282,23 @@ class Blocks:
     Raises:
       ValueError: for a row that is not a plan of this valid space.
     """
+    lab, found = self.find(values)
+    if not found.all():
+      k = int(np.argmin(found))
+      row = {n: float(x) for n, x in zip(self.fs.names, np.asarray(values, np.float64)[k])}
+      raise ValueError(f"Blocks.labels_of: row {k} ({row}) is not a valid plan of family "
+                       f"{self.fs.family!r}")
+    return lab
+
+  def find(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(labels, found)``: :meth:`labels_of` of the rows of ``values`` that
+    are plans of this valid space (``found``; the others' labels are
+    meaningless). A row is found exactly when it is a valid plan: a check
+    by binary search, far cheaper than the rule table's."""
     values = np.asarray(values, np.float64)
     pool_codes, pool_order, blocks = self._search_codes()
     n = len(values)
-    idx = self._option_index(values, range(len(self.fs.vars)))
+    idx = self._option_index(values, range(len(self.fs.vars)))  # every column
     found = (idx >= 0).all(1)
     code = self._code(np.maximum(idx[:, list(self.pool_idx)], 0), self.pool_idx)
     at = np.minimum(np.searchsorted(pool_codes, code), max(len(pool_codes) - 1, 0))
@@ -298,11 +313,7 @@ class Blocks:
       at = np.minimum(np.searchsorted(codes, want), max(len(codes) - 1, 0))
       found &= codes[at] == want if len(codes) else np.zeros(n, bool)
       lab[:, m + i] = order[at] if len(codes) else 0
-    if not found.all():
-      k = int(np.argmin(found))
-      raise ValueError(f"Blocks.labels_of: row {k} ({ {n: float(x) for n, x in zip(self.fs.names, values[k])} }) is "
-                       f"not a valid plan of family {self.fs.family!r}")
-    return lab
+    return lab, found
 
   def sample(self, rng: np.random.Generator, n: int, labels: bool = False):
     """``n`` plans drawn uniformly from the valid space (and, with ``labels``,
