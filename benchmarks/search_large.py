@@ -6,9 +6,12 @@ method once (a first gradient search and a short call of each baseline), then
 for every seed the gradient search (``search.optimize`` with its defaults) is
 timed and its warm wall time is every other method's budget (random search and
 annealing per family, the budget split evenly over the job's families; the cut
-DP over all of them). Cold: one fresh process per method and seed, the budget
-the gradient search's cold time (compilation included) of the same seed; the
-baselines' own set-up and compilation count against them.
+DP over all of them); the warm-up also builds random search's and
+annealing's stage tables, which their warm runs then use. Cold: one fresh
+process per method and seed, the budget the gradient search's cold time
+(compilation included) of the same seed; the baselines' own set-up and
+compilation count against them (with budgets this short they score without
+tables, :data:`~search._src.baselines.TABLES_BUDGET_S`).
 """
 
 from __future__ import annotations
@@ -46,12 +49,14 @@ def _best(res) -> float:
   return float(res.best_step_time_s) if res.feasible else float("inf")
 
 
-def _baseline(method: str, j, cluster, fams, budget_s: float, seed: int) -> float:
+def _baseline(method: str, j, cluster, fams, budget_s: float, seed: int,
+              tables: bool | None = None) -> float:
   import search  # pylint: disable=g-import-not-at-top
   if method == "cut_dp":
     return _best(search.cut_dp(j, cluster, budget_s=budget_s, families=fams))
   fn = search.random_search if method == "random" else search.simulated_annealing
-  return min(_best(fn(j, cluster, f, budget_s / len(fams), seed=seed)) for f in fams)
+  return min(_best(fn(j, cluster, f, budget_s / len(fams), seed=seed, tables=tables))
+             for f in fams)
 
 
 def warm_child(name: str, seeds: int, headline) -> dict:
@@ -65,8 +70,8 @@ def warm_child(name: str, seeds: int, headline) -> dict:
   print(f"{name}: space sizes " + ", ".join(f"{f} {s:.3e}" for f, s in sizes.items()),
         file=sys.stderr, flush=True)
   search.optimize(j, cluster, seed=0)
-  for m in METHODS[1:]:
-    _baseline(m, j, cluster, fams, 1e-3, 0)
+  for m in METHODS[1:]:  # compiled, and random search's and annealing's tables built
+    _baseline(m, j, cluster, fams, 1e-3, 0, tables=True)
   rows = []
   for seed in range(seeds):
     t0 = time.perf_counter()

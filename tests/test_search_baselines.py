@@ -124,11 +124,11 @@ def test_sampled_baselines_look_stages_up_in_tables_with_the_same_scores(
   monkeypatch.setattr(baselines._Run, "scores", spy)
   if method == "random":
     res = search.random_search(search_job, cluster_2x8, "split", budget_s=0.0,
-                               space=compact_space, batch=512, seed=1)
+                               space=compact_space, batch=512, seed=1, tables=True)
   else:
     res = search.simulated_annealing(search_job, cluster_2x8, "split", budget_s=600.0,
                                      space=compact_space, chains=256, seed=1,
-                                     max_evaluations=4 * 256)
+                                     max_evaluations=4 * 256, tables=True)
   assert res.best_plan is not None and len(scored) == (1 if method == "random" else 4)
   run = scored[0][0]
   assert run.labelled and run.ev.tables
@@ -157,3 +157,38 @@ def test_annealing_proposes_one_valid_neighbour_per_chain(search_job, cluster_2x
   # Moves spread over the variables and the pool transfers.
   moved = {tuple(np.flatnonzero(p != c)) for p, c in zip(prop[has], cur[has])}
   assert len(moved) > 8
+
+
+def test_sampled_baselines_build_tables_when_told_or_given_time(search_job, cluster_2x8,
+                                                                 compact_space, monkeypatch):
+  # None: built from a budget of TABLES_BUDGET_S, else used only once kept;
+  # False: never. Runs are seen through the evaluators they build.
+  monkeypatch.setattr(baselines, "TABLES_FROM", 0)
+  monkeypatch.setattr(baselines, "_kept_values", type(baselines._kept_values)())
+  runs = []
+  real = baselines._Run.__init__
+
+  def spy(self, *a, **kw):
+    real(self, *a, **kw)
+    runs.append(self)
+
+  monkeypatch.setattr(baselines._Run, "__init__", spy)
+  call = lambda **kw: search.random_search(search_job, cluster_2x8, "split", space=compact_space,
+                                           batch=64, **kw)
+  call(budget_s=0.0)
+  call(budget_s=0.0, tables=False)
+  assert [r.labelled for r in runs] == [False, False]
+  monkeypatch.setattr(baselines, "TABLES_BUDGET_S", 0.0)
+  call(budget_s=0.0)  # builds them: the budget reaches the threshold
+  monkeypatch.setattr(baselines, "TABLES_BUDGET_S", 1e9)
+  call(budget_s=0.0)  # finds them kept
+  call(budget_s=0.0, tables=False)
+  assert [r.labelled for r in runs[2:]] == [True, True, False]
+  assert runs[3].ev.tables.keys() == runs[2].ev.tables.keys()
+
+
+@pytest.mark.parametrize("method", [search.random_search, search.simulated_annealing])
+def test_sampled_baselines_refuse_a_tables_value_that_is_not_a_bool(search_job, cluster_2x8,
+                                                                     compact_space, method):
+  with pytest.raises(ValueError, match=r"tables='yes' must be True, False or None"):
+    method(search_job, cluster_2x8, "split", 0.0, space=compact_space, tables="yes")

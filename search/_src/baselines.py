@@ -66,6 +66,15 @@ to build and raised enumeration from 8.6 to 15.6 M plans/s: they pay from
 about 1e8 plans."""
 
 
+TABLES_BUDGET_S = 30.0
+"""Random search and annealing build tables (:func:`_Run`) from this budget
+up, or when told to, and use them whenever this process has built them. A
+first build, compilation included, took 2.4-6.1 s per family of the large
+jobs, against 1.2-10x the plans a second after it (2 cores, 2026-12-06):
+below this budget the by-row scorer, which compiles in about 3 s, finds more
+(cold runs of ``benchmarks.search_large`` with 3.4-5.7 s a family)."""
+
+
 # Valid spaces and their stage tables are kept per process, as compiled
 # programs are: a baseline called again on the same problem (the benchmark's
 # warm runs, a sweep of budgets) finds them built. DeepSeek-V3's split family
@@ -117,18 +126,23 @@ class _Run:
   ``scorer``: ``enumerate`` labels every row (:attr:`Blocks.label_of`) and
   looks stages up in tables from :data:`TABLES_FROM` plans; ``sampled`` does
   too where tables cover some stage, and otherwise costs every stage on every
-  row (``factored=False``: uniform samples share few stage inputs). The valid
-  space and its tables are kept per process (:func:`_kept`)."""
+  row (``factored=False``: uniform samples share few stage inputs). ``tables``:
+  True builds them, None uses them only if this process built them before,
+  False never; the valid space and its tables are kept per process
+  (:func:`_kept`)."""
 
   def __init__(self, job, cluster, family, space, efficiency, chunk: int, top_k: int,
-               framework: str = "any", scorer: str = "sampled"):
+               framework: str = "any", scorer: str = "sampled", tables: bool | None = True):
     self.t0 = time.perf_counter()
     self.job, self.cluster, self.framework = job, cluster, framework
     key, self.fs, self.blocks = _valid_space(job, cluster, family, space, framework)
     eff = efficiency if efficiency is not None else cm.Efficiency()
-    tables = (_kept(key + ("tables", _fingerprint(eff)),
-                    lambda: stage_tables.build(self.fs, self.blocks, eff))
-              if self.blocks.size >= TABLES_FROM else {})
+    key += ("tables", _fingerprint(eff))
+    if self.blocks.size >= TABLES_FROM and tables is not False and (
+        tables or key in _kept_values):
+      tables = _kept(key, lambda: stage_tables.build(self.fs, self.blocks, eff))
+    else:
+      tables = {}
     #: Whether rows are scored with their labels (:meth:`scores`).
     self.labelled = scorer == "enumerate" or bool(tables)
     self.ev = evaluate.Evaluator(self.fs, eff, chunk=chunk, factored=self.labelled,
@@ -265,20 +279,24 @@ def random_search(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_s: flo
                   seed: int = 0, space: space_lib.SpaceOptions | None = None,
                   batch: int = 4096, top_k: int = 5,
                   efficiency: cm.Efficiency | None = None,
-                  max_evaluations: int | None = None, framework: str = "any"
-                  ) -> SearchResult:
+                  max_evaluations: int | None = None, framework: str = "any",
+                  tables: bool | None = None) -> SearchResult:
   """Uniform samples of the valid space scored exactly until ``budget_s``
   seconds have passed (at least one batch) or ``max_evaluations`` plans are
   scored, whichever comes first; ``framework`` as in :func:`enumerate_plans`.
 
   Where the valid space holds at least :data:`TABLES_FROM` plans the stages
   one block decides are looked up in tables (built once per process, as
-  enumeration's); the other stages are costed per row. On the large jobs'
-  seven families (``benchmarks.search_large``; 8,192-row batches, 2 cores,
-  2026-12-06) that scored 0.9-3.0 M plans a second where costing every stage
-  on every row scored 0.2-0.6 M, except on the two families whose blocks are
-  too large for tables (0.7 against 0.6 M, and no table)."""
-  run = _Run(job, cluster, family, space, efficiency, batch, top_k, framework)
+  enumeration's) with ``tables`` True, or None (the default) and either a
+  budget of at least :data:`TABLES_BUDGET_S` or tables this process built
+  before (never with False); the other stages are costed per row. On the
+  large jobs' families (``benchmarks.search_large``; 8,192-row batches, 2
+  cores, 2026-12-06) the tables raised the rate from 0.3-0.6 to 1.0-3.0 M
+  plans a second on the five whose training stages they hold, and from 0.6
+  to 0.7 M on Qwen3-235B's split family (generation only); DeepSeek-V3's
+  split family has none (its blocks are too large)."""
+  run = _Run(job, cluster, family, space, efficiency, batch, top_k, framework,
+             tables=_tables(tables, budget_s))
   rng = np.random.default_rng(seed)
   left = max_evaluations if max_evaluations is not None else np.inf
   while left > 0:
@@ -287,6 +305,14 @@ def random_search(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_s: flo
     if run.elapsed_s() >= budget_s:
       break
   return run.result("random")
+
+
+def _tables(tables: bool | None, budget_s: float) -> bool | None:
+  """A sampled baseline's ``tables`` for :class:`_Run`: None (the default)
+  builds them from a budget of :data:`TABLES_BUDGET_S`, else uses them only if kept."""
+  if tables is not None and not isinstance(tables, bool):
+    raise ValueError(f"tables={tables!r} must be True, False or None")
+  return (True if budget_s >= TABLES_BUDGET_S else None) if tables is None else tables
 
 
 def _proposals(fs: space_lib.FamilySpace, blocks: _Blocks, cur: np.ndarray,
@@ -344,8 +370,8 @@ def simulated_annealing(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_
                         seed: int = 0, space: space_lib.SpaceOptions | None = None,
                         chains: int = 1024, t_start: float = 0.1, t_end: float = 0.002,
                         top_k: int = 5, efficiency: cm.Efficiency | None = None,
-                        max_evaluations: int | None = None, framework: str = "any"
-                        ) -> SearchResult:
+                        max_evaluations: int | None = None, framework: str = "any",
+                        tables: bool | None = None) -> SearchResult:
   """Batched simulated annealing on the exact model until ``budget_s`` (or
   ``max_evaluations`` scored plans), in ``framework``'s space (as in
   :func:`enumerate_plans`).
@@ -356,9 +382,11 @@ def simulated_annealing(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_
   ``min(1, exp(-(log t_new - log t_old) / T))``; ``T`` falls geometrically
   from ``t_start`` to ``t_end`` over the time budget. The chains' proposals
   share few stage inputs, so they are scored as :func:`random_search`'s
-  (looked up in the tables by their labels, :meth:`Blocks.labels_of`).
+  (looked up in the tables by their labels, :meth:`Blocks.labels_of`;
+  ``tables`` as there).
   """
-  run = _Run(job, cluster, family, space, efficiency, chains, top_k, framework)
+  run = _Run(job, cluster, family, space, efficiency, chains, top_k, framework,
+             tables=_tables(tables, budget_s))
   fs, ev = run.fs, run.ev
   rng = np.random.default_rng(seed)
   cur, s = run.sample(rng, chains)
