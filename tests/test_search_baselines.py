@@ -147,7 +147,7 @@ def test_annealing_proposes_one_valid_neighbour_per_chain(search_job, cluster_2x
   _, fs, blocks = baselines._valid_space(search_job, cluster_2x8, "split", compact_space, "any")
   rng = np.random.default_rng(2)
   cur = blocks.sample(rng, 300)
-  prop, labels, has = baselines._proposals(fs, blocks, cur, rng)
+  prop, labels, has = rounding.random_neighbours(fs, blocks, cur, rng)
   assert has.mean() > 0.9
   np.testing.assert_array_equal(prop[~has], cur[~has])
   np.testing.assert_array_equal(labels, blocks.labels_of(prop))

@@ -24,6 +24,7 @@ import costmodel as cm
 from search._src import evaluate
 from search._src import frameworks as fw_lib
 from search._src import result as result_lib
+from search._src import rounding
 from search._src import space as space_lib
 from search._src import stage_tables
 from search._src import valid_space
@@ -317,57 +318,6 @@ def _tables(tables: bool | None, budget_s: float) -> bool | None:
   return (True if budget_s >= TABLES_BUDGET_S else None) if tables is None else tables
 
 
-def _proposals(fs: space_lib.FamilySpace, blocks: _Blocks, cur: np.ndarray,
-               rng: np.random.Generator, tries: int = 8):
-  """One random valid neighbour of each row of ``cur`` [n, V] by the moves of
-  :func:`~search._src.rounding.neighbours` (a variable one option up or down,
-  a categorical to another option, GPUs moved from one pool to another): a
-  move is drawn per row and kept where it gives a valid plan (found by label,
-  :meth:`Blocks.find`), up to ``tries`` draws a row. Checking one candidate
-  per row by label, where building every neighbour checked each by the rule
-  table, takes an iteration of 1,024 chains from about 100 ms to a few.
-
-  Returns:
-    ``(proposals [n, V], their labels, has [n])``: rows without a valid draw
-    keep their plan and ``has`` False.
-  """
-  n = len(cur)
-  moves = [(j, d) for j, var in enumerate(fs.vars) if len(var.options) > 1
-           for d in ((0,) if var.kind == space_lib.CAT else (-1, 1))]
-  pools = [fs.index(f"pool.{p}") for p in fs.structure.pools]
-  moves += [(a, b, None) for a in pools for b in pools if a != b]
-  prop, has = cur.copy(), np.zeros(n, bool)
-  labels = np.zeros((n, len(blocks.pool_idx) + len(blocks.other)), np.uint32)
-  todo = np.arange(n)
-
-  def step(j, values, d):
-    opts = np.asarray(fs.vars[j].options, np.float64)
-    return opts[np.clip(np.searchsorted(opts, values) + d, 0, len(opts) - 1)]
-
-  for _ in range(tries if moves else 0):
-    pick = rng.integers(len(moves), size=len(todo))
-    cand = cur[todo].copy()
-    for m in np.unique(pick):
-      rows, move = np.flatnonzero(pick == m), moves[m]
-      if len(move) == 3:
-        a, b, _ = move
-        cand[rows, a], cand[rows, b] = step(a, cand[rows, a], 1), step(b, cand[rows, b], -1)
-      elif move[1]:
-        cand[rows, move[0]] = step(move[0], cand[rows, move[0]], move[1])
-      else:
-        opts = np.asarray(fs.vars[move[0]].options, np.float64)
-        k = np.searchsorted(opts, cand[rows, move[0]]) + rng.integers(1, len(opts), len(rows))
-        cand[rows, move[0]] = opts[k % len(opts)]
-    lab, ok = blocks.find(cand)
-    ok &= (cand != cur[todo]).any(1)
-    prop[todo[ok]], labels[todo[ok]], has[todo[ok]] = cand[ok], lab[ok], True
-    todo = todo[~ok]
-    if not len(todo):
-      break
-  labels[todo] = blocks.find(cur[todo])[0]  # the rows that stay keep their own labels
-  return prop, labels, has
-
-
 def simulated_annealing(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_s: float,
                         seed: int = 0, space: space_lib.SpaceOptions | None = None,
                         chains: int = 1024, t_start: float = 0.1, t_end: float = 0.002,
@@ -379,7 +329,8 @@ def simulated_annealing(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_
   :func:`enumerate_plans`).
 
   ``chains`` independent chains start from uniform samples; each iteration
-  proposes one random valid neighbour per chain (:func:`_proposals`: one
+  proposes one random valid neighbour per chain
+  (:func:`~search._src.rounding.random_neighbours`: one
   variable moved by one option, or GPUs moved between pools) and accepts it with probability
   ``min(1, exp(-(log t_new - log t_old) / T))``; ``T`` falls geometrically
   from ``t_start`` to ``t_end`` over the time budget. The chains' proposals
@@ -399,7 +350,7 @@ def simulated_annealing(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_
     if max_evaluations is not None:
       frac = max(frac, min(ev.count / max(limit, 1), 1.0))
     temp = t_start * (t_end / t_start) ** frac
-    prop, labels, has = _proposals(fs, run.blocks, cur, rng)
+    prop, labels, has = rounding.random_neighbours(fs, run.blocks, cur, rng)
     if not has.any():
       break
     s = run.scores(prop, labels)
