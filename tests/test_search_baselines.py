@@ -95,10 +95,10 @@ def test_a_valid_space_is_built_once_per_process_and_problem(search_job, cluster
                          batch=64)
   assert len(built) == 1
   # ... and its scorer compiled once: a second evaluator of it reuses the program.
-  compiled = dict(baselines.evaluate._lean_programs)
+  compiled = dict(baselines.evaluate.programs.lean_programs)
   search.random_search(search_job, cluster_2x8, "split", budget_s=0.0, space=compact_space,
                        batch=64)
-  assert baselines.evaluate._lean_programs == compiled
+  assert baselines.evaluate.programs.lean_programs == compiled
   # Another batch size is another problem, and so is another space.
   job = search_job.replace(prompts_per_step=64.0)
   search.random_search(job, cluster_2x8, "split", budget_s=0.0, space=compact_space, batch=64)
@@ -192,3 +192,9 @@ def test_sampled_baselines_refuse_a_tables_value_that_is_not_a_bool(search_job, 
                                                                      compact_space, method):
   with pytest.raises(ValueError, match=r"tables='yes' must be True, False or None"):
     method(search_job, cluster_2x8, "split", 0.0, space=compact_space, tables="yes")
+
+
+def test_a_baseline_run_refuses_an_unknown_scorer(search_job, cluster_2x8, compact_space):
+  with pytest.raises(ValueError, match=r"scorer='labels' must be 'enumerate' or 'sampled'"):
+    baselines._Run(search_job, cluster_2x8, "split", compact_space, None, 64, 5,
+                   scorer="labels")

@@ -227,8 +227,37 @@ def test_bad_input(spaces, shared, search_job, cluster_2x8, compact_space):
                                             compact_space, "bf16"))
 
 
-def test_a_search_registers_its_program_for_whole_estimate_evaluators(shared, spaces):
+def test_a_search_registers_its_program_for_full_evaluators(shared, spaces):
   shared_lib.register(shared)
   assert evaluate.Evaluator(spaces[1], full=True).shared is shared
   assert evaluate.Evaluator(spaces[1], full=True, shared=False).shared is None
   assert evaluate.Evaluator(spaces[1]).shared is None  # the lean scorer keeps its own
+
+
+@pytest.mark.parametrize("relaxed", ["on", "off"])
+def test_whole_estimates_come_from_the_top_plans_families_with_the_relaxed_loop(
+    search_job, cluster_2x8, compact_space, spaces, monkeypatch, relaxed):
+  # With the relaxed loop, only the families of the top plans compile their own
+  # whole-estimate program; without it, one program for every family compiles in
+  # the background.
+  calls = []
+  compiled = trace_cache.compiled
+  monkeypatch.setattr(trace_cache, "compiled", lambda name, jitted, static, *a, **k: (
+      calls.append((name, static)), compiled(name, jitted, static, *a, **k))[1])
+  res = search.optimize(search_job, cluster_2x8, families=list(FAMILIES), starts=4, steps=5,
+                        seed=0, space=compact_space, top_k=1, relaxed=relaxed)
+  assert res.feasible and res.top_families == (res.family,)
+  names = [name for name, _ in calls]
+  assert "shared_ranking" in names
+  own = [static for name, static in calls if name == "exact_estimates"]
+  if relaxed == "on":
+    assert "shared_estimates" not in names
+    assert own == [(spaces[FAMILIES.index(res.family)].structure,)]
+  else:
+    assert "shared_estimates" in names and not own
+  assert shared_lib.holding(spaces[0].structure).whole == (relaxed == "off")
+  # The family's own program gives the shared evaluator's whole estimates.
+  ev = evaluate.Evaluator(spaces[0], full=True, shared=shared_lib.SharedSpace(spaces))
+  row = np.asarray([[float(v.options[0]) for v in spaces[0].vars]])
+  own = evaluate.Evaluator(spaces[0], full=True, shared=False).estimates(row)[0]
+  assert float(ev.estimates(row)[0].step_time_s) == float(own.step_time_s)

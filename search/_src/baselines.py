@@ -136,6 +136,8 @@ class _Run:
 
   def __init__(self, job, cluster, family, space, efficiency, chunk: int, top_k: int,
                framework: str = "any", scorer: str = "sampled", tables: bool | None = True):
+    if scorer not in ("enumerate", "sampled"):
+      raise ValueError(f"_Run: scorer={scorer!r} must be 'enumerate' or 'sampled'")
     self.t0 = time.perf_counter()
     self.job, self.cluster, self.framework = job, cluster, framework
     key, self.fs, self.blocks = _valid_space(job, cluster, family, space, framework)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
-import threading
 from typing import NamedTuple
 
 import jax
@@ -60,14 +59,16 @@ class Evaluator:
       (:meth:`scores`, :meth:`stage_scores`; compiled for throughput) and a
       whole-estimate program (:meth:`estimates`, ``scores(...,
       with_estimates=True)``; few rows, compiled for compile time, in the
-      background once :meth:`warm` has traced the ranking program). For
+      background once :meth:`warm` has traced the ranking program, except a
+      family's own in a shared space). For
       searches and rules, which the process's other searches of the family
       share. When False, :meth:`scores` compiles a leaner program with XLA's
       default options (about twice the throughput on large chunks; for
       enumeration) and :meth:`estimates` the whole-estimate one on demand.
     shared: A space of several families that holds ``fs``
       (:class:`~search._src.shared.SharedSpace`; needs ``full``): the rows are
-      scored by its programs, which every family's evaluator shares. None:
+      scored by its programs (whole estimates: with ``shared.whole``), which
+      every family's evaluator shares. None:
       with ``full``, the registered space that holds ``fs``'s structure
       (:func:`~search._src.shared.register`, a search of the job) if any;
       False: the family's own programs.
@@ -117,8 +118,13 @@ class Evaluator:
     self._compiled = {}
     self._estimating = None  # the whole-estimate program compiling in the background
 
-  def _args(self, part: np.ndarray) -> tuple:
-    if self.shared is not None:
+  def _shares(self, kind: str) -> bool:
+    """Whether ``kind``'s program is the shared space's (whole estimates: with
+    :attr:`SharedSpace.whole`)."""
+    return self.shared is not None and (kind == "ranking" or self.shared.whole)
+
+  def _args(self, part: np.ndarray, kind: str = "ranking") -> tuple:
+    if self._shares(kind):
       part = self.shared.widen(self._family, part)
     return (self.fs.job, self.fs.cluster, self.eff, jnp.asarray(part))
 
@@ -127,16 +133,16 @@ class Evaluator:
     whole estimates of the evaluator's family."""
     if kind == "estimates" and self._estimating is not None:
       self._estimating.result()  # compiled by warm()'s thread: wait, or raise its error
-    args = self._args(part)
+    args = self._args(part, kind)
     out = self._program(kind, args, on_traced)(*args)
-    return out[self._family] if kind == "estimates" and self.shared is not None else out
+    return out[self._family] if kind == "estimates" and self._shares(kind) else out
 
   def _program(self, kind: str, args: tuple, on_traced=None):
     """The compiled program of ``kind`` (:func:`search._src.trace_cache.compiled`,
     one per process and structure), looked up once: every call has one shape."""
     program = self._compiled.get(kind)
     if program is None:
-      shared = self.shared is not None
+      shared = self._shares(kind)
       jitted = {("ranking", True): shared_lib.ranking, ("ranking", False): programs.ranking,
                 ("estimates", True): shared_lib.estimates,
                 ("estimates", False): programs.estimates}[kind, shared]
@@ -154,10 +160,10 @@ class Evaluator:
     return program
 
   def _run_lean(self, part: np.ndarray, labels: np.ndarray | None = None):
-    """One call of the lean scorer. Compiled once per evaluator and called
-    directly with the job's arrays already on the device: a jitted call hashes
-    the structure and flattens the job each time (on 16 chunks of 16,384
-    enumerated rows, one core, 2026-12-06: 26.6 against 20.0 ms)."""
+    """One call of the lean scorer, compiled once and called with the job's
+    arrays on the device: a jitted call hashes the structure and flattens the
+    job each time (16 chunks of 16,384 rows, one core, 2026-12-06: 26.6
+    against 20.0 ms)."""
     kind = ("lean", labels is not None)
     program = self._compiled.get(kind)
     if program is None:
@@ -167,12 +173,12 @@ class Evaluator:
         cols = tuple(sorted((n, col) for n, (col, _) in self.tables.items()))
         tables = jax.device_put({n: c for n, (_, c) in self.tables.items()})
         jitted = functools.partial(programs.scores_labelled, fs.structure, self.label_of, cols)
-        compiled = _lean_compiled(("labelled", fs.structure, self.label_of, cols), jitted,
+        compiled = programs.compiled_once(("labelled", fs.structure, self.label_of, cols), jitted,
                                   (*consts, part, labels, tables))
         program = lambda part, labels: compiled(*consts, part, labels, tables)
       else:
         lean = programs.scores if self.factored else programs.scores_by_row
-        compiled = _lean_compiled((lean.__name__, fs.structure),
+        compiled = programs.compiled_once((lean.__name__, fs.structure),
                                   functools.partial(lean, fs.structure), (*consts, part))
         program = functools.partial(compiled, *consts)
       self._compiled[kind] = program
@@ -187,7 +193,8 @@ class Evaluator:
     the options' first values, not counted), so that its compilation can run
     while other work does (the search compiles it next to the relaxed loop).
     With ``full``, the whole-estimate program starts compiling in a thread of
-    its own once the ranking program is traced (:meth:`estimates` waits for it).
+    its own once the ranking program is traced (:meth:`estimates` waits for
+    it), unless it is a family's own in a shared space (compiled when needed).
 
     ``on_traced``, when given, is called once the ranking program is traced,
     before XLA compiles it (at once when it was built before; needs ``full``)."""
@@ -202,7 +209,8 @@ class Evaluator:
     def traced():
       if on_traced is not None:
         on_traced()
-      if self._estimating is None and "estimates" not in self._compiled:
+      if (self._estimating is None and "estimates" not in self._compiled
+          and (self.shared is None or self.shared.whole)):
         rows = self._first_rows(ESTIMATE_ROWS)
         self._estimating = _background().submit(
             lambda: jax.block_until_ready(self._run_estimates_now(rows)))
@@ -210,7 +218,7 @@ class Evaluator:
     jax.block_until_ready(self._run("ranking", self._first_rows(self.chunk), traced))
 
   def _run_estimates_now(self, rows: np.ndarray):
-    args = self._args(rows)
+    args = self._args(rows, "estimates")
     return self._program("estimates", args)(*args)
 
   def scores(self, values: np.ndarray, with_estimates: bool = False,
@@ -323,7 +331,7 @@ class Evaluator:
       part, m = _chunk(values, start, ESTIMATE_ROWS) if len(values) else (
           self._first_rows(ESTIMATE_ROWS), 0)
       out = self._run("estimates", part) if self.full else (
-          programs.estimates(self.fs.structure, *self._args(part)))
+          programs.estimates(self.fs.structure, *self._args(part, "estimates")))
       parts.append(jax.tree_util.tree_map(lambda a, m=m: np.asarray(a)[:m], out))
     return jax.tree_util.tree_map(lambda *a: np.concatenate(a), *parts)
 
@@ -335,27 +343,6 @@ class Evaluator:
     est, _ = self._whole(values)
     self.count += values.shape[0]
     return [jax.tree_util.tree_map(lambda a, i=i: a[i], est) for i in range(values.shape[0])]
-
-
-_lean_programs: dict = {}  # compiled lean scorers, per process (:func:`_lean_compiled`)
-_lean_lock = threading.Lock()
-
-
-def _lean_compiled(key: tuple, jitted, args: tuple):
-  """``jax.jit(jitted)`` compiled for ``args``, once per process for ``key``
-  and the arguments' tree, shapes and dtypes: the baselines build an
-  evaluator per call, and a warm call must not compile its scorer again
-  (DeepSeek-V3's split family on 16,384 H800: 4.2 s, 2 cores, 2026-12-06)."""
-  leaves, tree = jax.tree_util.tree_flatten(args)
-  key = (*key, str(tree),
-         tuple((np.shape(x), str(getattr(x, "dtype", type(x)))) for x in leaves))
-  with _lean_lock:
-    compiled = _lean_programs.get(key)
-  if compiled is None:
-    compiled = jax.jit(jitted).lower(*args).compile()
-    with _lean_lock:
-      compiled = _lean_programs.setdefault(key, compiled)
-  return compiled
 
 
 @functools.cache

@@ -204,7 +204,10 @@ def search_shared(spaces, eff: cm.Efficiency, starts: int, seed: int, cfg: relax
   """
   t0 = time.perf_counter()
   phase = on_phase or (lambda family, name: None)
-  space = shared_lib.SharedSpace(spaces)
+  # Without the relaxed loop a core idles while the ranking program compiles, and
+  # the one whole-estimate program of every family compiles there; with it,
+  # each family of the top plans compiles its own at the end (SharedSpace.whole).
+  space = shared_lib.SharedSpace(spaces, whole=not relaxed)
   shared_lib.register(space)  # the rules of thumb and later searches reuse its program
   rngs = [_rng(fs, seed) for fs in spaces]
   inits = [fs.init_relaxed(rng, starts) for fs, rng in zip(spaces, rngs, strict=True)]

@@ -360,11 +360,17 @@ def _distinct(runs, entries, top_k, fw, job, cluster):
 
 
 def _exact(runs, chosen):
-  """(plan, exact estimate) of each chosen entry, in order."""
-  out = {}
-  for k in sorted({k for k, _ in chosen}):
-    rows = [i for kk, i in chosen if kk == k]
-    for i, pe in zip(rows, result_lib.exact_plans(runs[k].ev, runs[k].ranked.values[rows]),
-                     strict=True):
-      out[(k, i)] = pe
+  """(plan, exact estimate) of each chosen entry, in order. Each family's
+  whole-estimate program (compiled for the first family search that needs it)
+  runs in a thread of its own, so that they compile side by side."""
+  fams = sorted({k for k, _ in chosen})
+  rows = {k: [i for kk, i in chosen if kk == k] for k in fams}
+
+  def one(k):
+    return zip(rows[k], result_lib.exact_plans(runs[k].ev, runs[k].ranked.values[rows[k]]),
+               strict=True)
+
+  with concurrent.futures.ThreadPoolExecutor(family_search.workers(len(fams))) as pool:
+    out = {(k, i): pe for k, pairs in zip(fams, pool.map(one, fams), strict=True)
+           for i, pe in pairs}
   return [out[c] for c in chosen]
