@@ -76,7 +76,8 @@ def _sweeps(space, chunk: int) -> list[np.ndarray]:
     p = rng.choice(len(blocks.pools), p=blocks.counts / blocks.counts.sum())
     j = int(rng.integers(blocks.counts[p]))
     base = blocks.decode(p, j, j + 1)
-    for (_, idx), valid in zip(blocks.other, blocks.rows[p], strict=True):
+    for i, (_, idx) in enumerate(blocks.other):
+      valid = blocks.rows_of(p, i)
       rows = np.repeat(base, chunk, 0)
       rows[:, list(idx)] = valid[np.arange(chunk) % len(valid)]
       out.append(space.widen(k, rows))

@@ -109,7 +109,7 @@ def test_a_sweep_of_one_block_costs_the_other_blocks_stages_once(split):
   fs, blocks = split
   p = int(np.argmax(blocks.counts))
   # One period of the last block (the engines) over the first rows of the others.
-  rows, labels = blocks.decode(p, 0, len(blocks.rows[p][-1]), labels=True)
+  rows, labels = blocks.decode(p, 0, len(blocks.rows_of(p, len(blocks.other) - 1)), labels=True)
   job, cluster, st = fs.job, fs.cluster, fs.structure
   plans_of = lambda v: ((st.to_plan(v),), 0)
   kinds = {s.name: s.kind for s in factored.alg.stage_graph(job)}
@@ -253,7 +253,7 @@ def test_samples_are_uniform_over_the_valid_plans_with_their_labels(split):
   q = int(np.argmax(np.bincount(pools)))
   for i in range(len(blocks.other)):
     lab = glabels[pools == q, m + i]
-    n_rows = len(blocks.rows[own[q]][i])
+    n_rows = len(blocks.rows_of(own[q], i))
     start = blocks._offsets[i][blocks.key_index[i][own[q]]]
     assert lab.min() >= start
     freq = np.bincount(lab - start, minlength=n_rows)

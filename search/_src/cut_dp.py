@@ -115,7 +115,7 @@ class _Family:
     """Value vectors of leaf ``k``'s valid layouts on pools ``key``, the rest anchored."""
     _, idx, _, first = self.leaves[k]
     p = first[key]
-    rows = self.blocks.rows[p][k]
+    rows = self.blocks.rows_of(p, k)
     full = np.repeat(self.anchor(p), len(rows), 0)
     full[:, list(idx)] = rows
     return full
@@ -127,7 +127,7 @@ class _Family:
     light neighbours on a shared pool."""
     v = self.blocks.decode(p, 0, 1)
     for k, (_, idx, _, _) in enumerate(self.leaves):
-      rows = self.blocks.rows[p][k]
+      rows = self.blocks.rows_of(p, k)
       score = np.zeros(len(rows))
       for c, j in enumerate(idx):
         name, opts = self.fs.vars[j].name, self.fs.vars[j].options

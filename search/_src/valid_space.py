@@ -61,7 +61,7 @@ class Blocks:
     combos = combos[fs.valid(self._full(combos), blocks=("pools",))] if len(combos) else combos
     # Each block's valid rows per distinct size of the pools it reads: the
     # combinations map onto those keys by index (np.unique), not tuple by tuple.
-    tables, inverse = [], []
+    inverse = []
     # Each block's valid rows over every key, in label order, in one array
     # (``_flat``; the keys' tables are views of it), and each key's row count.
     self._flat, self._key_counts, self._grid_pos = [], [], []
@@ -76,24 +76,19 @@ class Blocks:
       self._grid_pos.append(np.concatenate([table[k][1] for k in keys]) if keys else
                             np.zeros(0, np.int64))
       del table
-      ends = np.cumsum(counts)
-      tables.append([flat[e - c:e] for e, c in zip(ends, counts, strict=True)])
       self._flat.append(flat)
       self._key_counts.append(counts)
       inverse.append(inv.reshape(-1))
     counts = np.ones(len(combos))
-    for table, inv in zip(tables, inverse, strict=True):
-      counts = counts * np.asarray([len(r) for r in table], np.float64)[inv]
+    for key_counts, inv in zip(self._key_counts, inverse, strict=True):
+      counts = counts * key_counts.astype(np.float64)[inv]
     keep = np.flatnonzero(counts > 0)
     self.pools = combos[keep]
-    #: Per block, the index of each kept pool combination's key (its rows: ``rows``).
+    #: Per block, the index of each kept pool combination's key (its rows: :meth:`rows_of`).
     self.key_index = [inv[keep] for inv in inverse]
-    self.rows = [[table[inv[p]] for table, inv in zip(tables, inverse, strict=True)]
-                 for p in keep]
     self.counts = counts[keep]
     # Where each key's valid rows start among all of the block's, for labels.
     self._offsets = [np.cumsum(c) - c for c in self._key_counts]
-    self._totals = [len(flat) for flat in self._flat]
     self._codes = None  # what :meth:`labels_of` searches, built on first use
 
   def _full(self, combos: np.ndarray) -> np.ndarray:
@@ -137,10 +132,17 @@ class Blocks:
         out[key] = (grid[at], at)
     return out
 
+  def rows_of(self, p: int, i: int) -> np.ndarray:
+    """The valid rows of block ``i`` (of :attr:`other`) under pool combination
+    ``p`` (a view of every valid row of the block)."""
+    k = self.key_index[i][p]
+    start = self._offsets[i][k]
+    return self._flat[i][start:start + self._key_counts[i][k]]
+
   def total_rows(self, i: int) -> int:
     """Valid rows of block ``i`` (of :attr:`other`) over every pool size: its
     labels lie in ``[0, total_rows(i))``."""
-    return int(self._totals[i])
+    return len(self._flat[i])
 
   def label_rows(self, i: int) -> np.ndarray:
     """One value vector per label of block ``i`` (of :attr:`other`), in label
@@ -155,7 +157,7 @@ class Blocks:
     for k, p in zip(keys, first, strict=True):
       at = slice(self._offsets[i][k], self._offsets[i][k] + counts[k])
       out[at] = self.decode(int(p), 0, 1)[0]
-      out[at, idx] = self.rows[p][i]
+      out[at, idx] = self.rows_of(p, i)
       filled[at] = True
     out[~filled] = out[np.argmax(filled)]
     return out
@@ -191,7 +193,6 @@ class Blocks:
   def decode(self, p: int, start: int, stop: int, labels: bool = False):
     """Rows ``start:stop`` of pool combination ``p``'s product (and, with
     ``labels``, their labels [N, pools + blocks])."""
-    rows = self.rows[p]
     n = max(stop - start, 0)
     out = np.zeros((n, len(self.fs.vars)))
     lab = self._labels(n)
@@ -200,7 +201,7 @@ class Blocks:
     out[:, list(self.pool_idx)] = self.pools[p]
     stride = 1  # rows of the later blocks per row of this one
     for i in reversed(range(len(self.other))):
-      r = rows[i]
+      r = self.rows_of(p, i)
       # Row k takes this block's row (k // stride) % len(r): runs of ``stride``
       # equal rows, gathered once per run and repeated.
       runs = np.arange(start // stride, (stop - 1) // stride + 1, dtype=np.int64) if n else (
