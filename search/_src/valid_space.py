@@ -10,6 +10,7 @@ import numpy as np
 
 from search._src import result as result_lib
 from search._src import space as space_lib
+from search._src import space_validity
 from search._src.space_options import _LAYOUT_ROLES
 
 
@@ -123,10 +124,7 @@ class Blocks:
     cols = [self.pool_idx[k] for k in deps]
     for start in range(0, len(keys), per):
       part = np.asarray(keys[start:start + per], np.float64).reshape(-1, len(deps))
-      full = np.tile(base, (len(part) * len(grid), 1))
-      full[:, list(idx)] = np.tile(grid, (len(part), 1))
-      full[:, cols] = np.repeat(part, len(grid), 0)
-      ok = fs.valid(full, blocks=(block,)).reshape(len(part), len(grid))
+      ok = fs.valid(space_validity.Outer(base, idx, grid, cols, part), blocks=(block,))
       for key, m in zip(keys[start:start + per], ok, strict=True):
         at = np.flatnonzero(m)
         out[key] = (grid[at], at)
