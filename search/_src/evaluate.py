@@ -173,13 +173,13 @@ class Evaluator:
         cols = tuple(sorted((n, col) for n, (col, _) in self.tables.items()))
         tables = jax.device_put({n: c for n, (_, c) in self.tables.items()})
         jitted = functools.partial(programs.scores_labelled, fs.structure, self.label_of, cols)
-        compiled = programs.compiled_once(("labelled", fs.structure, self.label_of, cols), jitted,
-                                  (*consts, part, labels, tables))
+        compiled = programs.compiled_once(("labelled", fs.structure, self.label_of, cols),
+                                          jitted, (*consts, part, labels, tables))
         program = lambda part, labels: compiled(*consts, part, labels, tables)
       else:
         lean = programs.scores if self.factored else programs.scores_by_row
         compiled = programs.compiled_once((lean.__name__, fs.structure),
-                                  functools.partial(lean, fs.structure), (*consts, part))
+                                          functools.partial(lean, fs.structure), (*consts, part))
         program = functools.partial(compiled, *consts)
       self._compiled[kind] = program
     return program(part) if labels is None else program(part, labels)

@@ -361,8 +361,8 @@ def _distinct(runs, entries, top_k, fw, job, cluster):
 
 def _exact(runs, chosen):
   """(plan, exact estimate) of each chosen entry, in order. Each family's
-  whole-estimate program (compiled for the first family search that needs it)
-  runs in a thread of its own, so that they compile side by side."""
+  entries are estimated in a thread of their own, so that the families' own
+  whole-estimate programs (``SharedSpace.whole`` off) compile side by side."""
   fams = sorted({k for k, _ in chosen})
   rows = {k: [i for kk, i in chosen if kk == k] for k in fams}
 
