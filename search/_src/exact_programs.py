@@ -1,6 +1,7 @@
 """The exact programs of :mod:`search._src.evaluate`: jitted over a chunk of value
 vectors, specialised on the family's structure (static), the job, cluster and
-efficiency parameters as arguments."""
+efficiency parameters as arguments; and the per-process cache of the lean
+scorers' compiled programs (:func:`compiled_once`)."""
 
 from __future__ import annotations
 

@@ -29,11 +29,12 @@ class Outer:
 
   def __init__(self, base: np.ndarray, idx, grid: np.ndarray, cols, keys: np.ndarray):
     self.shape = (len(keys), len(grid), len(base))
+    grid, keys = np.asarray(grid, np.float64), np.asarray(keys, np.float64)
     self._columns = [np.float64(x) for x in base]
     for c, j in enumerate(idx):
-      self._columns[j] = np.asarray(grid, np.float64)[None, :, c]
+      self._columns[j] = grid[None, :, c]
     for d, j in enumerate(cols):
-      self._columns[j] = np.asarray(keys, np.float64)[:, None, d]
+      self._columns[j] = keys[:, None, d]
 
   def __getitem__(self, key):
     if not (isinstance(key, tuple) and len(key) == 2 and key[0] is Ellipsis):

@@ -117,8 +117,7 @@ class Blocks:
     the mixed-radix code of their options' indices)."""
     fs = self.fs
     grid = fs.option_grid(idx)
-    base = self._full(np.zeros((1, len(self.pool_idx))))[0]
-    base[list(idx)] = 0.0
+    base = self._full(np.zeros((1, len(self.pool_idx))))[0]  # its idx and cols: Outer's
     out = {}
     per = max(1, max_rows // max(len(grid), 1))
     cols = [self.pool_idx[k] for k in deps]
