@@ -134,6 +134,8 @@ _LARGE = flags.DEFINE_bool("large", False, "Only the large-space comparison at e
 _LARGE_SEEDS = flags.DEFINE_integer("large_seeds", 10, "Seeds per job, warm.")
 _LARGE_COLD = flags.DEFINE_integer("large_cold_seeds", 3, "Seeds per job, cold.")
 _LARGE_JOBS = flags.DEFINE_list("large_jobs", None, "Large jobs to run (default: all).")
+_LARGE_BOUNDS = flags.DEFINE_bool("large_bounds", True, "With --large: each job's family "
+                                   "bounds and enumerable optima too.")
 _LARGE_JOB = flags.DEFINE_string("large_job", None, "(internal) one large job.")
 _LARGE_METHOD = flags.DEFINE_string("large_method", None, "(internal) one cold run's method.")
 _LARGE_SEED = flags.DEFINE_integer("large_seed", 0, "(internal) one cold run's seed.")
@@ -342,7 +344,8 @@ def main(argv):
     return 0
   if _LARGE.value:
     data = search_large.run(_LARGE_SEEDS.value, _LARGE_COLD.value,
-                            tuple(_LARGE_JOBS.value or search_large.JOBS))
+                            tuple(_LARGE_JOBS.value or search_large.JOBS),
+                            bounds=_LARGE_BOUNDS.value)
     text = search_large.report(data, time.strftime("%Y-%m-%d"))
     print(text)
     if _OUT.value:

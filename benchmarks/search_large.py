@@ -12,6 +12,13 @@ process per method and seed, the budget the gradient search's cold time
 (compilation included) of the same seed; the baselines' own set-up and
 compilation count against them (with budgets this short they score without
 tables, :data:`~search._src.baselines.TABLES_BUDGET_S`).
+
+Bounds: one more fresh process per job proves how far the plans can be from
+the best of the job's space. Every family gets :func:`search.lower_bound`;
+a family of at most :data:`ENUMERABLE` valid plans is also enumerated
+(:func:`search.enumerate_plans`). The least of the enumerated optima and the
+bounds is a step time no plan of the job beats; where it is an enumerated
+optimum, that plan is the job's proven best.
 """
 
 from __future__ import annotations
@@ -25,6 +32,9 @@ import time
 import numpy as np
 
 METHODS = ("gradient", "random", "annealing", "cut_dp")
+# Families of at most this many valid plans are enumerated in the bounds phase
+# (DeepSeek-V3's colocated family on 16,384 H800: 1.52e8 plans, 29.7 s).
+ENUMERABLE = 3e8
 JOBS = ("ppo-70b-1024", "qwen3-235b-512", "dsv3-16384-h800")
 
 
@@ -92,6 +102,8 @@ def cold_child(name: str, method: str, seed: int, budget_s: float, headline) -> 
   import search  # pylint: disable=g-import-not-at-top
   from search._src import frameworks  # pylint: disable=g-import-not-at-top
   j, cluster = job(name, headline)
+  if method == "bound":
+    return bounds_child(name, headline)
   if method == "gradient":
     res = search.optimize(j, cluster, seed=seed, compilation_cache=False)
     return {"best": _best(res), "wall_s": time.perf_counter() - t0,
@@ -102,6 +114,25 @@ def cold_child(name: str, method: str, seed: int, budget_s: float, headline) -> 
   return {"best": best, "wall_s": time.perf_counter() - t0}
 
 
+def bounds_child(name: str, headline) -> dict:
+  """One job's family bounds and, where enumerable, exhaustive optima."""
+  import search  # pylint: disable=g-import-not-at-top
+  from search._src import frameworks  # pylint: disable=g-import-not-at-top
+  j, cluster = job(name, headline)
+  out = {"name": name, "families": {}}
+  for f in frameworks.families_for(j, "any"):
+    b = search.lower_bound(j, cluster, f)
+    row = {"bound": b.bound_s, "bound_s": b.wall_time_s, "fits": list(b.fits_pools),
+           "size": search.space_size(j, cluster, f)}
+    if row["size"] <= ENUMERABLE:
+      t0 = time.perf_counter()
+      row["optimum"] = search.enumerate_plans(j, cluster, f).best_step_time_s
+      row["enumerate_s"] = time.perf_counter() - t0
+    out["families"][f] = row
+    print(f"{name} bound {f} {json.dumps(row)}", file=sys.stderr, flush=True)
+  return out
+
+
 def _child(args: list[str]) -> dict:
   env = dict(os.environ)
   env.pop("XLA_FLAGS", None)
@@ -110,13 +141,16 @@ def _child(args: list[str]) -> dict:
   if out.returncode:
     raise RuntimeError(out.stderr[-3000:])
   sys.stderr.write("".join(line + "\n" for line in out.stderr.splitlines()
-                           if "warm {" in line or "space sizes" in line))
+                           if "warm {" in line or "space sizes" in line
+                           or " bound " in line))
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run(seeds: int, cold_seeds: int, jobs=JOBS) -> dict:
-  """Runs the benchmark (each job and cold run in its own process)."""
+def run(seeds: int, cold_seeds: int, jobs=JOBS, bounds: bool = True) -> dict:
+  """Runs the benchmark (each job, cold run and job's bounds in its own process)."""
   warm, cold = [], []
+  proven = [_child([f"--large_job={name}", "--large_method=bound"])
+            for name in (jobs if bounds else ())]
   for name in jobs if seeds > 0 else ():
     warm.append(_child([f"--large_job={name}", f"--large_seeds={seeds}"]))
     print(json.dumps(warm[-1]), flush=True)
@@ -131,7 +165,43 @@ def run(seeds: int, cold_seeds: int, jobs=JOBS) -> dict:
         row[m], row[f"{m}_wall_s"] = out["best"], out["wall_s"]
       cold.append(row)
       print(json.dumps(row), flush=True)
-  return {"warm": warm, "cold": cold}
+  return {"warm": warm, "cold": cold, "bounds": proven}
+
+
+def floor_s(bounds: dict) -> tuple[float, bool]:
+  """A job's floor: the least over its families of the enumerated optimum (or,
+  where the family was not enumerated, its bound), and whether that is an
+  enumerated optimum (a plan that reaches it is the best of the job's space)."""
+  best, exact = np.inf, False
+  for row in bounds["families"].values():
+    v, is_opt = (row["optimum"], True) if "optimum" in row else (row["bound"], False)
+    if v < best - 1e-9 or (is_opt and abs(v - best) <= 1e-9):
+      best, exact = v, is_opt
+  return best, exact
+
+
+def _bounds_report(data: dict) -> list[str]:
+  rows = [dict(r, name=w["name"]) for w in data["warm"] for r in w["rows"]] + data["cold"]
+  out = ["", "Proven floors (`search.lower_bound` on every family; `search.enumerate_plans` "
+         f"on families of at most {ENUMERABLE:.0e} plans):", "",
+         "| job | family | valid plans | bound (s) [s to prove] | exhaustive optimum (s) "
+         "[s] |", "|---|---|---:|---:|---:|"]
+  for b in data["bounds"]:
+    for f, r in b["families"].items():
+      opt = (f"{r['optimum']:.2f} [{r['enumerate_s']:.0f}]" if "optimum" in r else "-")
+      out.append(f"| {b['name']} | {f} | {r['size']:.2e} | {r['bound']:.2f} "
+                 f"[{r['bound_s']:.0f}] | {opt} |")
+  out += ["", "| job | floor of the job's space (s) | the floor is | gradient search's plan "
+          "above the floor (worst pair) | pairs where the cut DP's plan is the proven optimum (no "
+          "method can be strictly better) |", "|---|---:|---|---:|---:|"]
+  for b in data["bounds"]:
+    floor, exact = floor_s(b)
+    mine = [r for r in rows if r["name"] == b["name"]]
+    above = f"{100 * (max(r['gradient'] for r in mine) / floor - 1):+.2f}%" if mine else "-"
+    stuck = sum(exact and r["cut_dp"] <= floor * (1 + 1e-6) for r in mine)
+    out.append(f"| {b['name']} | {floor:.2f} | {'an optimum (a plan)' if exact else 'a bound'}"
+               f" | {above} | {stuck}/{len(mine)} |")
+  return out
 
 
 def _summary(rows: list[dict]) -> list[str]:
@@ -181,6 +251,8 @@ def report(data: dict, date: str) -> str:
   if cold:
     lines += ["", f"Cold ({len(cold)} seed-job pairs, budget = the gradient search's cold wall "
               "time incl. compilation):", ""] + _summary(cold)
+  if data.get("bounds"):
+    lines += _bounds_report(data)
   lines += ["", "| job | seed | mode | budget (s) | gradient (s) | random (s) | annealing (s) "
             "| cut DP (s) |", "|---|---:|---|---:|---:|---:|---:|---:|"]
   for mode, rs in (("warm", rows), ("cold", cold)):

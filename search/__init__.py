@@ -7,6 +7,8 @@ from search._src.baselines import enumerate_plans
 from search._src.baselines import random_search
 from search._src.baselines import simulated_annealing
 from search._src.baselines import space_size
+from search._src.bound import FamilyBound
+from search._src.bound import lower_bound
 from search._src.cut_dp import cut_dp
 from search._src.frameworks import Framework
 from search._src.frameworks import accepting as accepting_frameworks
@@ -33,6 +35,7 @@ from search._src.space import default_families
 
 __all__ = (
     "ClusterOption",
+    "FamilyBound",
     "FAMILIES",
     "Framework",
     "MixedResult",
@@ -48,6 +51,7 @@ __all__ = (
     "export",
     "framework",
     "layouts_planner",
+    "lower_bound",
     "load_prices",
     "mixed_cluster",
     "optimize",

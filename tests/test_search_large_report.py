@@ -32,3 +32,28 @@ def test_warm_pairs_count_wins_ties_and_gaps():
   assert "| gradient search | 1/2 | - | - | - |" in text
   assert "| annealing | 1/2 | 50% / 50% | -4.00% | -10.00% |" in text
   assert "| cut_dp | 0/2 | 50% / 100% | +2.00% | +0.00% |" in text
+
+
+def test_floors_name_a_proven_optimum_and_the_ties_no_method_can_break():
+  # Colocated enumerated at 100.0 s; split bounded at 104.0 s: 100.0 s is the job's best.
+  bounds = {"name": "dsv3", "families": {
+      "colocated": {"bound": 95.0, "bound_s": 4.2, "fits": [], "size": 1.5e8,
+                    "optimum": 100.0, "enumerate_s": 29.7},
+      "split": {"bound": 104.0, "bound_s": 40.3, "fits": ["gen", "train"], "size": 5.7e12}}}
+  rows = [dict(seed=0, budget_s=2.0, gradient=100.0, random=101.0, annealing=102.0,
+               cut_dp=100.0),
+          dict(seed=1, budget_s=2.0, gradient=100.0, random=101.0, annealing=102.0,
+               cut_dp=103.0)]
+  assert search_large.floor_s(bounds) == (100.0, True)
+  text = search_large.report({"warm": [_warm(*rows)], "cold": [], "bounds": [bounds]},
+                             "2026-12-06")
+  assert "| dsv3 | colocated | 1.50e+08 | 95.00 [4] | 100.00 [30] |" in text
+  assert "| dsv3 | split | 5.70e+12 | 104.00 [40] | - |" in text
+  # The cut DP reaches the proven optimum in seed 0 only.
+  assert "| dsv3 | 100.00 | an optimum (a plan) | +0.00% | 1/2 |" in text
+  # Where the least is a bound, no pair is proven stuck.
+  loose = {"name": "dsv3", "families": {"split": bounds["families"]["split"]}}
+  assert search_large.floor_s(loose) == (104.0, False)
+  text = search_large.report({"warm": [_warm(*rows)], "cold": [], "bounds": [loose]},
+                             "2026-12-06")
+  assert "| dsv3 | 104.00 | a bound | -3.85% | 0/2 |" in text

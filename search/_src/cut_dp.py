@@ -41,10 +41,9 @@ leaves are evaluated once per pool size and shared by all the splits that use
 that size (the DP's memo). Sizes are visited coarse to fine (multiples of
 large powers of two first), so a time budget cuts the finest splits, not whole
 families. The DP's best few combinations per family, each with the product of
-its leaves' best layouts, are scored by the exact evaluator, so the result
-compares like for like with :func:`~search._src.baselines.random_search` and
-:func:`~search._src.baselines.simulated_annealing`. The weight sync and the
-colocated switch belong to no leaf: only the exact scoring sees them.
+its leaves' best layouts, are scored by the exact evaluator (like for like with
+random search and annealing). The weight sync and the colocated switch belong
+to no leaf: only the exact scoring sees them.
 """
 
 from __future__ import annotations
@@ -92,6 +91,8 @@ class _Family:
       first = {tuple(b.pools[p][deps]): int(p) for p in at}
       self.leaves.append((name, idx, deps, first))
     self.memo: dict[tuple[int, tuple], tuple[np.ndarray, np.ndarray]] = {}
+    # (leaf, key) -> least time of any layout, of one that fits (search._src.bound)
+    self.low: dict[tuple[int, tuple], tuple[float, float]] = {}
     placement = fs.structure.placement
     self.rollout = placement.rollout_pool
     self.overlap = placement.mode.staleness > 0
@@ -111,20 +112,21 @@ class _Family:
       return 64
     return int(baselines.pool_level(pools[:, cols]).max())
 
-  def leaf_rows(self, k: int, key: tuple) -> np.ndarray:
-    """Value vectors of leaf ``k``'s valid layouts on pools ``key``, the rest anchored."""
+  def leaf_rows(self, k: int, key: tuple, heavy: bool = False) -> np.ndarray:
+    """Value vectors of leaf ``k``'s valid layouts on pools ``key``, the rest
+    anchored (:meth:`anchor`)."""
     _, idx, _, first = self.leaves[k]
     p = first[key]
     rows = self.blocks.rows_of(p, k)
-    full = np.repeat(self.anchor(p), len(rows), 0)
+    full = np.repeat(self.anchor(p, heavy), len(rows), 0)
     full[:, list(idx)] = rows
     return full
 
-  def anchor(self, p: int) -> np.ndarray:
+  def anchor(self, p: int, heavy: bool = False) -> np.ndarray:
     """[1, V] a valid plan of pool combination ``p`` whose every leaf takes its
     lightest layout (most sharding, offload and recompute, smallest micro-batches,
     engine memory and concurrency), so that a leaf's memory is judged next to
-    light neighbours on a shared pool."""
+    light neighbours on a shared pool; ``heavy``: the heaviest layouts instead."""
     v = self.blocks.decode(p, 0, 1)
     for k, (_, idx, _, _) in enumerate(self.leaves):
       rows = self.blocks.rows_of(p, k)
@@ -132,9 +134,9 @@ class _Family:
       for c, j in enumerate(idx):
         name, opts = self.fs.vars[j].name, self.fs.vars[j].options
         rank = np.searchsorted(opts, rows[:, c]) / max(len(opts) - 1, 1)
-        heavy = name.endswith(("mb_train", "mb_infer", "max_seqs", "memory_fraction"))
-        score += rank if heavy else -rank
-      v[0, list(idx)] = rows[np.argmin(score)]
+        grows = name.endswith(("mb_train", "mb_infer", "max_seqs", "memory_fraction"))
+        score += rank if grows else -rank
+      v[0, list(idx)] = rows[np.argmax(score) if heavy else np.argmin(score)]
     return v
 
   def leaf_cost(self, k: int, names: tuple, dur: np.ndarray, excess: np.ndarray
@@ -151,26 +153,32 @@ class _Family:
 
   def combine(self, top: int) -> np.ndarray:
     """Indices of the ``top`` pool combinations of least DP cost (every leaf known)."""
-    b = self.blocks
-    n = len(b.pools)
-    pool_cost = {p: np.zeros(n) for p in self.pool_names}
-    for k, (name, _, _deps, first) in enumerate(self.leaves):
-      per_key = np.full(int(b.key_index[k].max(initial=-1)) + 1, np.inf)
-      for key, p in first.items():
-        memo = self.memo.get((k, key))
-        if memo is not None and len(memo[1]):
-          per_key[b.key_index[k][p]] = memo[1][0]
-      cost = per_key[b.key_index[k]]
-      pool = self._pool_of_leaf(name)
-      pool_cost[pool] = pool_cost[pool] + cost
-    rest = [pool_cost[p] for p in self.pool_names if p != self.rollout]
-    inner = np.max(rest, 0) if rest else np.zeros(n)   # disjoint non-rollout pools overlap
-    gen = pool_cost[self.rollout]
-    total = np.maximum(gen, inner) if self.overlap else gen + inner
+    def best(k, key):
+      memo = self.memo.get((k, key))
+      return memo[1][0] if memo is not None and len(memo[1]) else np.inf
+    total = self.totals(best, self.overlap)
     order = np.argsort(total, kind="stable")
     return order[np.isfinite(total[order])][:top]
 
-  def _pool_of_leaf(self, name: str) -> str:
+  def totals(self, cost_of, overlap: bool) -> np.ndarray:
+    """[pool combinations] the cut tree's cost of each, from ``cost_of(leaf,
+    key)`` (inf where unknown): on each pool its leaves' costs add; the
+    disjoint non-rollout pools overlap (the larger counts); generation then
+    overlaps them (``overlap``) or precedes them (their times add)."""
+    b = self.blocks
+    pool_cost = {p: np.zeros(len(b.pools)) for p in self.pool_names}
+    for k, (name, _, _deps, first) in enumerate(self.leaves):
+      per_key = np.full(int(b.key_index[k].max(initial=-1)) + 1, np.inf)
+      for key, p in first.items():
+        per_key[b.key_index[k][p]] = cost_of(k, key)
+      pool = self.pool_of_leaf(name)
+      pool_cost[pool] = pool_cost[pool] + per_key[b.key_index[k]]
+    rest = [pool_cost[p] for p in self.pool_names if p != self.rollout]
+    inner = np.max(rest, 0) if rest else np.zeros(len(b.pools))
+    gen = pool_cost[self.rollout]
+    return np.maximum(gen, inner) if overlap else gen + inner
+
+  def pool_of_leaf(self, name: str) -> str:
     if name == self.fs.block_of("engine"):
       return self.rollout
     roles = [r for r in self.fs.structure.roles if self.fs.block_of(r) == name]
@@ -333,6 +341,8 @@ def _flush(run: _Family, pending: list) -> None:
     # Feasible layouts by time; when none fits next to the anchor, the least
     # bad (the exact scoring of the products decides).
     order = result_lib.ranking(cost, ok, excess)[:run.keep]
+    run.low[(k, key)] = (float(cost.min(initial=np.inf)),
+                         float(cost[ok].min(initial=np.inf)))
     _, idx, _, _ = run.leaves[k]
     dp_cost = np.where(ok[order], cost[order], result_lib.objective(cost, ok, excess)[order])
     run.memo[(k, key)] = (rows[order][:, list(idx)], dp_cost)

@@ -1,0 +1,109 @@
+"""The lower bound on a family's step time (``search.lower_bound``).
+
+Checked three ways: it never exceeds the exhaustive optimum (every family of
+the search tests' problem, and ``split3`` of a small PPO job), it equals the
+leaf formula minimised by brute force over every valid plan (so the
+per-pool-combination decomposition loses nothing), and it refuses a family
+whose leaves' times depend on each other.
+"""
+
+import numpy as np
+import pytest
+
+import costmodel as cm
+import search
+from search._src import baselines
+from search._src import cut_dp
+
+FAMILIES = ("colocated", "split", "split_async", "split_async_partial")
+
+
+@pytest.fixture(scope="module")
+def ppo_case(h100):
+  """PPO with a critic and a reward model on 8 H100, a space small enough to
+  enumerate its ``split3`` family."""
+  m = cm.models.get("qwen2.5-1.5b")
+  job = cm.RLJob("ppo", m, prompts_per_step=32.0, samples_per_prompt=4.0, reward_model=m)
+  cluster = cm.Cluster(h100, gpus_per_node=8, nodes=1)
+  space = search.SpaceOptions(max_tp=2, max_pp=1, micro_batches=(2, 8), zero_stages=(1,),
+                              recompute=(0, 2), offload=(0,), engine_max_tp=2,
+                              engine_max_pp=1, memory_fractions=(0.5, 0.9),
+                              max_seqs=(64, 256), vpp=(1,))
+  return job, cluster, space
+
+
+def _brute_force(job, cluster, family, space) -> float:
+  """The bound's leaf formula evaluated on every valid plan of ``family``, minimised
+  (a leaf alone on its pool counts only where it fits)."""
+  _, fs, blocks = baselines._valid_space(job, cluster, family, space, "any")
+  run = cut_dp._Family(fs, cm.Efficiency(), 4096, 1, blocks=blocks)
+  mode = fs.structure.placement.mode
+  overlap = mode.staleness > 0 or mode.require_batches is not None
+  best = np.inf
+  for rows, _ in blocks.chunks(65536):
+    _, names, dur, ex = run.ev.stage_scores(rows)
+    on_pool = {p: np.zeros(len(rows)) for p in run.pool_names}
+    fits = np.ones(len(rows), bool)
+    pools = [run.pool_of_leaf(name) for name, *_rest in run.leaves]
+    for k, pool in enumerate(pools):
+      cost, ok, _ = run.leaf_cost(k, names, dur, ex)
+      on_pool[pool] += cost
+      if pools.count(pool) == 1:
+        fits &= ok
+    rest = [on_pool[p] for p in run.pool_names if p != run.rollout]
+    inner = np.max(rest, 0) if rest else 0.0
+    total = (np.maximum(on_pool[run.rollout], inner) if overlap
+             else on_pool[run.rollout] + inner)
+    total = np.where(fits, total, np.inf)
+    best = min(best, float(total.min()))
+  return best
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_bound_is_below_the_optimum_and_equals_the_brute_force_minimum(
+    family, search_job, cluster_2x8, compact_space):
+  b = search.lower_bound(search_job, cluster_2x8, family, space=compact_space)
+  assert isinstance(b, search.FamilyBound) and b.family == family
+  opt = search.enumerate_plans(search_job, cluster_2x8, family, space=compact_space,
+                               chunk_size=16384).best_step_time_s
+  assert 0.0 < b.bound_s <= opt * (1 + 1e-6)
+  # A bound far below every plan would be true and useless: these families'
+  # weight sync, switch and reward stages are a small share of the step.
+  assert b.bound_s >= 0.5 * opt
+  # Colocated leaves share one pool's memory; in the split families the engine
+  # and the actor (with the reference it lends its layout to) each hold a pool alone.
+  assert b.fits_pools == (() if family == "colocated" else ("gen", "train"))
+  assert b.bound_s == pytest.approx(
+      _brute_force(search_job, cluster_2x8, family, compact_space), rel=1e-5)
+  assert sum(b.pools.values()) <= cluster_2x8.n_gpus and b.rows > 0 and b.wall_time_s > 0
+
+
+def test_split3_bound_two_training_pools(ppo_case):
+  job, cluster, space = ppo_case
+  b = search.lower_bound(job, cluster, "split3", space=space)
+  assert set(b.pools) == {"gen", "actor", "critic"}
+  assert b.fits_pools == ("actor", "gen")  # the critic and the reward model share a pool
+  opt = search.enumerate_plans(job, cluster, "split3", space=space).best_step_time_s
+  assert 0.5 * opt <= b.bound_s <= opt * (1 + 1e-6)
+  assert b.bound_s == pytest.approx(_brute_force(job, cluster, "split3", space), rel=1e-5)
+
+
+def test_refuses_leaves_that_depend_on_each_other(search_job, cluster_2x8, compact_space,
+                                                  monkeypatch):
+  real = cut_dp._Family.leaf_cost
+
+  def coupled(self, k, names, dur, ex):
+    # The leaf's time grows with the engine's stage time: as if it waited on it.
+    cost, ok, excess = real(self, k, names, dur, ex)
+    return cost + 1e-3 * dur[:, list(names).index("generate")], ok, excess
+
+  monkeypatch.setattr(cut_dp._Family, "leaf_cost", coupled)
+  with pytest.raises(ValueError, match="family='split'.*changes by"):
+    search.lower_bound(search_job, cluster_2x8, "split", space=compact_space)
+
+
+@pytest.mark.parametrize("family, match", [("nope", "family='nope'"),
+                                           ("split3", "family='split3'")])
+def test_bad_family_names_the_field(family, match, search_job, cluster_2x8, compact_space):
+  with pytest.raises(ValueError, match=match):
+    search.lower_bound(search_job, cluster_2x8, family, space=compact_space)
