@@ -18,7 +18,7 @@ Usage, from the repository root (about 20-30 minutes on 2 CPU cores)::
 
   python -m benchmarks.search_benchmark --out benchmarks/results/search_benchmark.md
   python -m benchmarks.search_benchmark --quick   # 4 problems, no headline jobs
-  python -m benchmarks.search_benchmark --large --out /tmp/large.md  # large spaces
+  python -m benchmarks.search_benchmark --large --out /tmp/large.md  # large spaces, proven floors
 """
 
 from __future__ import annotations

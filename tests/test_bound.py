@@ -1,10 +1,11 @@
 """The lower bound on a family's step time (``search.lower_bound``).
 
-Checked three ways: it never exceeds the exhaustive optimum (every family of
-the search tests' problem, and ``split3`` of a small PPO job), it equals the
-leaf formula minimised by brute force over every valid plan (so the
-per-pool-combination decomposition loses nothing), and it refuses a family
-whose leaves' times depend on each other.
+Checked four ways: the leaf formula it minimises is at most every feasible
+plan's step time (plan by plan, by brute force over every valid plan); the
+bound never exceeds the exhaustive optimum (every family of the search tests'
+problem, and ``split3`` of a small PPO job); it equals that formula minimised
+by brute force (so the per-pool-combination decomposition loses nothing); and
+it refuses a family whose leaves' times depend on each other.
 """
 
 import numpy as np
@@ -34,14 +35,16 @@ def ppo_case(h100):
 
 def _brute_force(job, cluster, family, space) -> float:
   """The bound's leaf formula evaluated on every valid plan of ``family``, minimised
-  (a leaf alone on its pool counts only where it fits)."""
+  (a leaf alone on its pool counts only where it fits); asserts on the way that it
+  is at most each feasible plan's step time, and that a feasible plan's lone
+  leaves fit (the premises of the bound, plan by plan)."""
   _, fs, blocks = baselines._valid_space(job, cluster, family, space, "any")
   run = cut_dp._Family(fs, cm.Efficiency(), 4096, 1, blocks=blocks)
   mode = fs.structure.placement.mode
   overlap = mode.staleness > 0 or mode.require_batches is not None
   best = np.inf
   for rows, _ in blocks.chunks(65536):
-    _, names, dur, ex = run.ev.stage_scores(rows)
+    scores, names, dur, ex = run.ev.stage_scores(rows)
     on_pool = {p: np.zeros(len(rows)) for p in run.pool_names}
     fits = np.ones(len(rows), bool)
     pools = [run.pool_of_leaf(name) for name, *_rest in run.leaves]
@@ -54,6 +57,10 @@ def _brute_force(job, cluster, family, space) -> float:
     inner = np.max(rest, 0) if rest else 0.0
     total = (np.maximum(on_pool[run.rollout], inner) if overlap
              else on_pool[run.rollout] + inner)
+    feasible = np.asarray(scores.feasible, bool)
+    assert feasible.any() and fits[feasible].all()
+    step = np.asarray(scores.step_time_s)[feasible]
+    assert (total[feasible] <= step * (1 + 1e-5)).all(), np.max(total[feasible] / step)
     total = np.where(fits, total, np.inf)
     best = min(best, float(total.min()))
   return best
