@@ -137,7 +137,8 @@ _LARGE_JOBS = flags.DEFINE_list("large_jobs", None, "Large jobs to run (default:
 _LARGE_BOUNDS = flags.DEFINE_bool("large_bounds", True, "With --large: each job's family "
                                    "bounds and enumerable optima too.")
 _LARGE_JOB = flags.DEFINE_string("large_job", None, "(internal) one large job.")
-_LARGE_METHOD = flags.DEFINE_string("large_method", None, "(internal) one cold run's method.")
+_LARGE_METHOD = flags.DEFINE_string("large_method", None, "(internal) one cold run's method, "
+                                    "or 'bound': the job's family bounds.")
 _LARGE_SEED = flags.DEFINE_integer("large_seed", 0, "(internal) one cold run's seed.")
 _LARGE_BUDGET = flags.DEFINE_float("large_budget", 0.0, "(internal) one cold run's budget.")
 
@@ -335,7 +336,9 @@ def main(argv):
     _headline_child(_HEADLINE.value, _STARTS.value, _STEPS.value)
     return 0
   if _LARGE_JOB.value:
-    if _LARGE_METHOD.value:
+    if _LARGE_METHOD.value == "bound":
+      out = search_large.bounds_child(_LARGE_JOB.value, _headline_job)
+    elif _LARGE_METHOD.value:
       out = search_large.cold_child(_LARGE_JOB.value, _LARGE_METHOD.value, _LARGE_SEED.value,
                                     _LARGE_BUDGET.value, _headline_job)
     else:
