@@ -41,7 +41,7 @@ def _brute_force(job, cluster, family, space) -> float:
   _, fs, blocks = baselines._valid_space(job, cluster, family, space, "any")
   run = cut_dp._Family(fs, cm.Efficiency(), 4096, 1, blocks=blocks)
   mode = fs.structure.placement.mode
-  overlap = mode.staleness > 0 or mode.require_batches is not None
+  overlap = mode.staleness > 0 or mode.require_batches is not None  # pipelined, by hand
   best = np.inf
   for rows, _ in blocks.chunks(65536):
     scores, names, dur, ex = run.ev.stage_scores(rows)
@@ -114,3 +114,34 @@ def test_refuses_leaves_that_depend_on_each_other(search_job, cluster_2x8, compa
 def test_bad_family_names_the_field(family, match, search_job, cluster_2x8, compact_space):
   with pytest.raises(ValueError, match=match):
     search.lower_bound(search_job, cluster_2x8, family, space=compact_space)
+
+
+def test_refuses_a_nan_leaf_time(search_job, cluster_2x8, compact_space, monkeypatch):
+  real = cut_dp._Family.leaf_cost
+
+  def nan_first(self, k, names, dur, ex):
+    cost, ok, excess = real(self, k, names, dur, ex)
+    return np.where(np.arange(len(cost)) == 0, np.nan, cost), ok, excess
+
+  monkeypatch.setattr(cut_dp._Family, "leaf_cost", nan_first)
+  with pytest.raises(ValueError, match="family='split'.*NaN"):
+    search.lower_bound(search_job, cluster_2x8, "split", space=compact_space)
+
+
+def test_refuses_fused_inference():
+  # No family of the search fuses inference; a family space that did is refused by name.
+  from types import SimpleNamespace
+  from search._src import bound
+  fs = SimpleNamespace(family="split", structure=SimpleNamespace(
+      placement=SimpleNamespace(mode=cm.Mode(fuse_inference=True))))
+  with pytest.raises(ValueError, match="family='split' fuses inference"):
+    bound._check_mode(fs)
+  bound._check_mode(SimpleNamespace(family="split", structure=SimpleNamespace(
+      placement=SimpleNamespace(mode=cm.Mode()))))  # the search's modes pass
+
+
+@pytest.mark.parametrize("mode, pipelined", [
+    (dict(), False), (dict(staleness=1), True), (dict(require_batches=2), True),
+    (dict(staleness=2, partial_rollout=True), True), (dict(fuse_training=True), False)])
+def test_mode_pipelined(mode, pipelined):
+  assert cm.Mode(**mode).pipelined is pipelined

@@ -72,15 +72,13 @@ class FamilyBound(NamedTuple):
   wall_time_s: float
 
 
-def _check_mode(fs: space_lib.FamilySpace) -> bool:
-  """Whether generation overlaps the trainer in ``fs``'s mode; refuses fused
-  inference (its stages' durations shrink with the engine's decode tail)."""
-  mode = fs.structure.placement.mode
-  if mode.fuse_inference:
+def _check_mode(fs: space_lib.FamilySpace) -> None:
+  """Refuses fused inference (its stages' durations shrink with the engine's
+  decode tail)."""
+  if fs.structure.placement.mode.fuse_inference:
     raise ValueError(f"lower_bound: family={fs.family!r} fuses inference into the "
                      "generation tail, so an inference stage's duration depends on the "
                      "engine's layout; the bound needs each leaf's times to be its own")
-  return mode.staleness > 0 or mode.require_batches is not None
 
 
 def _moved(run: cut_dp._Family, keys: list[tuple[int, tuple]], alone: set[int]
@@ -147,7 +145,7 @@ def lower_bound(job: cm.RLJob, cluster: cm.Cluster, family: str,
   """
   t0 = time.perf_counter()
   _, fs, blocks = baselines._valid_space(job, cluster, family, space, framework)
-  overlap = _check_mode(fs)
+  _check_mode(fs)
   eff = efficiency if efficiency is not None else cm.Efficiency()
   run = cut_dp._Family(fs, eff, chunk, keep=1, blocks=blocks)
   if not len(blocks.pools):
@@ -160,7 +158,7 @@ def lower_bound(job: cm.RLJob, cluster: cm.Cluster, family: str,
   if any(np.isnan(v).any() for v in run.low.values()):
     raise ValueError(f"lower_bound: family={family!r} has a leaf layout whose stage time "
                      "is NaN")
-  total = run.totals(lambda k, key: run.low[(k, key)][1 if k in alone else 0], overlap)
+  total = run.totals(lambda k, key: run.low[(k, key)][1 if k in alone else 0])
   p = int(np.argmin(total))
   dt, dx, checked = _moved(run, _check_keys(run, p, CHECK_KEYS), alone)
   if dt > CHECK_TOLERANCE or dx > CHECK_TOLERANCE:

@@ -95,7 +95,7 @@ class _Family:
     self.low: dict[tuple[int, tuple], tuple[float, float]] = {}
     placement = fs.structure.placement
     self.rollout = placement.rollout_pool
-    self.overlap = placement.mode.staleness > 0
+    self.overlap = placement.mode.pipelined
     self.pool_names = [fs.vars[j].name.removeprefix("pool.") for j in b.pool_idx]
 
   def items(self) -> list[tuple[int, int, tuple]]:
@@ -156,15 +156,15 @@ class _Family:
     def best(k, key):
       memo = self.memo.get((k, key))
       return memo[1][0] if memo is not None and len(memo[1]) else np.inf
-    total = self.totals(best, self.overlap)
+    total = self.totals(best)
     order = np.argsort(total, kind="stable")
     return order[np.isfinite(total[order])][:top]
 
-  def totals(self, cost_of, overlap: bool) -> np.ndarray:
+  def totals(self, cost_of) -> np.ndarray:
     """[pool combinations] the cut tree's cost of each, from ``cost_of(leaf,
     key)`` (inf where unknown): on each pool its leaves' costs add; the
     disjoint non-rollout pools overlap (the larger counts); generation then
-    overlaps them (``overlap``) or precedes them (their times add)."""
+    overlaps them (a pipelined mode) or precedes them (their times add)."""
     b = self.blocks
     pool_cost = {p: np.zeros(len(b.pools)) for p in self.pool_names}
     for k, (name, _, _deps, first) in enumerate(self.leaves):
@@ -176,7 +176,7 @@ class _Family:
     rest = [pool_cost[p] for p in self.pool_names if p != self.rollout]
     inner = np.max(rest, 0) if rest else np.zeros(len(b.pools))
     gen = pool_cost[self.rollout]
-    return np.maximum(gen, inner) if overlap else gen + inner
+    return np.maximum(gen, inner) if self.overlap else gen + inner
 
   def pool_of_leaf(self, name: str) -> str:
     if name == self.fs.block_of("engine"):

@@ -138,6 +138,13 @@ class Mode:
     return float(self.staleness)
 
   @property
+  def pipelined(self) -> bool:
+    """Whether generation overlaps the trainer (off-policy, or a streaming
+    trainer): the step is then the busiest pool's time, not the chain's
+    (:func:`costmodel._src.step.schedule.steady_state_s`)."""
+    return self.staleness > 0 or self.require_batches is not None
+
+  @property
   def name(self) -> str:
     parts = ["sync" if self.staleness == 0 else f"async(k={self.queue_depth:g})"]
     if self.require_batches is not None:

@@ -163,8 +163,7 @@ def schedule(res: Residency, plan: plan_lib.Plan, tau=0.0, mini_batches: int = 1
   for name in order:
     if pools[name] in busy:
       busy[pools[name]] = busy[pools[name]] + durations[name]
-  streaming = mode.require_batches is not None
-  if async_mode or streaming:
+  if mode.pipelined:
     busy[rollout] = busy[rollout] + durations[alg.WEIGHT_SYNC]
     step = steady_state_s(durations, pools, order, rollout, busy, mode, mini_batches, tau)
   else:
