@@ -13,6 +13,7 @@ import pytest
 import costmodel as cm
 import search
 from costmodel._src.stages import registry
+from search._src import compile_cache
 from search._src import evaluate
 from search._src import family_search
 from search._src import frameworks as fw_lib
@@ -242,12 +243,17 @@ def test_whole_estimates_come_from_the_top_plans_families_with_the_relaxed_loop(
   # the background.
   calls = []
   compiled = trace_cache.compiled
-  monkeypatch.setattr(trace_cache, "compiled", lambda name, jitted, static, *a, **k: (
-      calls.append((name, static)), compiled(name, jitted, static, *a, **k))[1])
+  options = {}
+  monkeypatch.setattr(trace_cache, "compiled", lambda name, jitted, static, key, args, opts, **k: (
+      calls.append((name, static)), options.setdefault(name, opts),
+      compiled(name, jitted, static, key, args, opts, **k))[-1])
   res = search.optimize(search_job, cluster_2x8, families=list(FAMILIES), starts=4, steps=5,
                         seed=0, space=compact_space, top_k=1, relaxed=relaxed)
   assert res.feasible and res.top_families == (res.family,)
   names = [name for name, _ in calls]
+  # Without the relaxed loop the ranking program is compiled for compile time.
+  assert options["shared_ranking"] == (compile_cache.FORWARD if relaxed == "on"
+                                       else compile_cache.FAST_COMPILE)
   assert "shared_ranking" in names
   own = [static for name, static in calls if name == "exact_estimates"]
   if relaxed == "on":
@@ -261,3 +267,14 @@ def test_whole_estimates_come_from_the_top_plans_families_with_the_relaxed_loop(
   row = np.asarray([[float(v.options[0]) for v in spaces[0].vars]])
   own = evaluate.Evaluator(spaces[0], full=True, shared=False).estimates(row)[0]
   assert float(ev.estimates(row)[0].step_time_s) == float(own.step_time_s)
+
+
+def test_the_fast_ranking_program_scores_as_the_default_one(spaces):
+  rng = np.random.default_rng(0)
+  rows = np.asarray([[float(rng.choice(v.options)) for v in spaces[1].vars] for _ in range(64)])
+  got = [evaluate.Evaluator(spaces[1], full=True, shared=shared_lib.SharedSpace(
+      spaces, fast_ranking=fast)).scores(rows) for fast in (False, True)]
+  assert np.isfinite(got[0][0]).any()
+  for a, b in zip(got[0], got[1], strict=True):
+    np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64),
+                               rtol=2e-6, atol=1e-6)

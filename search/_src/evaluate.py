@@ -146,7 +146,8 @@ class Evaluator:
       jitted = {("ranking", True): shared_lib.ranking, ("ranking", False): programs.ranking,
                 ("estimates", True): shared_lib.estimates,
                 ("estimates", False): programs.estimates}[kind, shared]
-      options = compile_cache.FORWARD if kind == "ranking" else compile_cache.FAST_COMPILE
+      fast = kind != "ranking" or (shared and self.shared.fast_ranking)
+      options = compile_cache.FAST_COMPILE if fast else compile_cache.FORWARD
       static = self.shared if shared else self.fs.structure
       key = self.shared.structure if shared else static
       # Always compiled through the cache (a no-op callback), so the families

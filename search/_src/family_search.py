@@ -20,6 +20,7 @@ import numpy as np
 
 import costmodel as cm
 from search._src import block_sweep
+from search._src import compile_cache
 from search._src import cut_dp
 from search._src import evaluate
 from search._src import relax
@@ -90,7 +91,7 @@ def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, se
                                                    dp_seeds, phase)), out
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@functools.partial(jax.jit, static_argnums=0, compiler_options=compile_cache.FAST_COMPILE)
 def _values_at(static: relax.Static, x):
   return jax.vmap(static.fs.relaxed_values)(x)
 
@@ -207,7 +208,7 @@ def search_shared(spaces, eff: cm.Efficiency, starts: int, seed: int, cfg: relax
   # Without the relaxed loop a core idles while the ranking program compiles, and
   # the one whole-estimate program of every family compiles there; with it,
   # each family of the top plans compiles its own at the end (SharedSpace.whole).
-  space = shared_lib.SharedSpace(spaces, whole=not relaxed)
+  space = shared_lib.SharedSpace(spaces, whole=not relaxed, fast_ranking=not relaxed)
   shared_lib.register(space)  # the rules of thumb and later searches reuse its program
   rngs = [_rng(fs, seed) for fs in spaces]
   inits = [fs.init_relaxed(rng, starts) for fs, rng in zip(spaces, rngs, strict=True)]

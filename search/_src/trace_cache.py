@@ -85,8 +85,8 @@ def call(name: str, jitted, static: tuple, key, args: tuple, compiler_options: d
     static: Its leading static arguments.
     key: A value with a stable ``repr`` naming ``static``.
     args: The other arguments (pytrees of arrays and numbers).
-    compiler_options: ``jitted``'s XLA options, for the compilation of the
-      deserialised program.
+    compiler_options: The XLA options the program compiles with (over
+      ``jitted``'s own, whether it was traced here or deserialised).
     on_traced: Called once the program is traced and lowered (or loaded), before
       it compiles, so other work of the caller's can start while XLA compiles;
       called at once when the program is compiled already in this process.
@@ -140,7 +140,7 @@ def _build(path, jitted, static, args, treedef, leaves, compiler_options, on_tra
     with _tracing:
       lowered = jitted.trace(*static, *args).lower()
     _notify(on_traced)
-    program = lowered.compile()
+    program = lowered.compile(compiler_options)
   else:
     fn = functools.partial(jitted.__wrapped__, *static)
     with _tracing:
