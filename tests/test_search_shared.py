@@ -278,3 +278,45 @@ def test_the_fast_ranking_program_scores_as_the_default_one(spaces):
   for a, b in zip(got[0], got[1], strict=True):
     np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64),
                                rtol=2e-6, atol=1e-6)
+
+
+def test_the_family_with_the_best_relaxed_time_compiles_its_estimates_first():
+  cfg = relax.RelaxConfig()
+
+  def out(steps, penalties):
+    n = len(steps)
+    return relax.RelaxOutput(x=np.zeros((n, 1)), values=np.zeros((n, 1)),
+                             step_time_s=np.asarray(steps, float),
+                             penalty=np.asarray(penalties, float), history_s=np.zeros(0))
+
+  class Ev:
+    prepared = 0
+
+    def prepare_estimates(self):
+      self.prepared += 1
+
+  # Family 1's 90 s start breaks the memory limit; family 2's 95 s is the best feasible one.
+  outs = [out([120.0, 100.0], [0.0, 0.0]), out([90.0, 130.0], [0.5, 0.0]),
+          out([95.0], [cfg.feasible_tol])]
+  assert [family_search.relaxed_best(o, cfg) for o in outs] == [100.0, 130.0, 95.0]
+  evs = [Ev(), Ev(), Ev()]
+  family_search._prepare_likely_top(evs, outs, cfg)
+  assert [ev.prepared for ev in evs] == [0, 0, 1]
+  # No relaxed phase (NaN) or no feasible start: nothing is compiled ahead.
+  evs = [Ev(), Ev()]
+  family_search._prepare_likely_top(evs, [out([np.nan], [np.nan]), out([80.0], [1.0])], cfg)
+  assert [ev.prepared for ev in evs] == [0, 0]
+
+
+def test_prepare_estimates_compiles_the_program_estimates_then_use(spaces):
+  ev = evaluate.Evaluator(spaces[0], full=True, shared=shared_lib.SharedSpace(spaces))
+  ev.prepare_estimates()
+  pending = ev._estimating
+  ev.prepare_estimates()  # already compiling: the same job
+  assert ev._estimating is pending
+  row = np.asarray([[float(v.options[0]) for v in spaces[0].vars]])
+  own = evaluate.Evaluator(spaces[0], full=True, shared=False).estimates(row)[0]
+  assert float(ev.estimates(row)[0].step_time_s) == float(own.step_time_s)
+  assert pending.done() and pending.exception() is None
+  with pytest.raises(ValueError, match="need full=True"):
+    evaluate.Evaluator(spaces[0]).prepare_estimates()

@@ -17,7 +17,6 @@ import functools
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 import costmodel as cm
@@ -126,7 +125,10 @@ class Evaluator:
   def _args(self, part: np.ndarray, kind: str = "ranking") -> tuple:
     if self._shares(kind):
       part = self.shared.widen(self._family, part)
-    return (self.fs.job, self.fs.cluster, self.eff, jnp.asarray(part))
+    # A numpy array: jnp.asarray would compile a program of its own for each new
+    # shape (the whole estimates' first rows waited 1.5 s for one while XLA
+    # compiled the ranking program, DeepSeek-V3 on 16,384 H100, 2026-12-06).
+    return (self.fs.job, self.fs.cluster, self.eff, np.asarray(part))
 
   def _run(self, kind: str, part: np.ndarray, on_traced=None):
     """One call of the ranking or whole-estimate program on ``part``; the
@@ -210,13 +212,20 @@ class Evaluator:
     def traced():
       if on_traced is not None:
         on_traced()
-      if (self._estimating is None and "estimates" not in self._compiled
-          and (self.shared is None or self.shared.whole)):
-        rows = self._first_rows(ESTIMATE_ROWS)
-        self._estimating = _background().submit(
-            lambda: jax.block_until_ready(self._run_estimates_now(rows)))
+      if self.shared is None or self.shared.whole:
+        self.prepare_estimates()
 
     jax.block_until_ready(self._run("ranking", self._first_rows(self.chunk), traced))
+
+  def prepare_estimates(self) -> None:
+    """Starts compiling the whole-estimate program in the background thread
+    (nothing when it is compiled or compiling); :meth:`estimates` waits for it."""
+    if not self.full:
+      raise ValueError("Evaluator.prepare_estimates: whole estimates need full=True")
+    if self._estimating is None and "estimates" not in self._compiled:
+      rows = self._first_rows(ESTIMATE_ROWS)
+      self._estimating = _background().submit(
+          lambda: jax.block_until_ready(self._run_estimates_now(rows)))
 
   def _run_estimates_now(self, rows: np.ndarray):
     args = self._args(rows, "estimates")

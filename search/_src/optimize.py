@@ -268,8 +268,7 @@ def _search(job, cluster, fams, fw: fw_lib.Framework, starts, seed, top_k, eff, 
   for (fam, _), (run, out, seconds) in zip(spaces, outs, strict=True):
     runs.append(run)
     history[fam] = out.history_s
-    ok = out.penalty <= cfg.feasible_tol
-    bound[fam] = float(np.min(out.step_time_s[ok])) if ok.any() else float("nan")
+    bound[fam] = family_search.relaxed_best(out, cfg)
     r = run.ranked
     best_by[fam] = float(r.step_time_s[0]) if len(r.feasible) and r.feasible[0] else np.inf
     if progress:
