@@ -206,8 +206,10 @@ def search_shared(spaces, eff: cm.Efficiency, starts: int, seed: int, cfg: relax
   t0 = time.perf_counter()
   phase = on_phase or (lambda family, name: None)
   # Without the relaxed loop a core idles while the ranking program compiles, and
-  # the one whole-estimate program of every family compiles there; with it,
-  # each family of the top plans compiles its own at the end (SharedSpace.whole).
+  # the one whole-estimate program of every family compiles there (and the ranking
+  # program, which then scores few rows, compiles for compile time); with it, each
+  # family of the top plans compiles its own (SharedSpace.whole): the one with the
+  # best relaxed time while the discrete phases run, any other at the end.
   space = shared_lib.SharedSpace(spaces, whole=not relaxed, fast_ranking=not relaxed)
   shared_lib.register(space)  # the rules of thumb and later searches reuse its program
   rngs = [_rng(fs, seed) for fs in spaces]
