@@ -64,6 +64,11 @@ def enable(path: str | bool | None = None) -> str | None:
 # its calibration and anchor inference use too).
 FAST_COMPILE = cm.xla_options.FAST_COMPILE
 FORWARD = cm.xla_options.FORWARD
+# The exact programs' options by kind: the ranking program scores every row of
+# the discrete phases, the whole-estimate program few rows (the top plans, the
+# rules of thumb). A search whose discrete phases alone score few rows compiles
+# its ranking program for compile time too (``SharedSpace.fast_ranking``).
+EXACT = {"ranking": FORWARD, "estimates": FAST_COMPILE}
 
 _EVENTS = ("/jax/core/compile/",)
 _lock = threading.Lock()

@@ -148,8 +148,8 @@ class Evaluator:
       jitted = {("ranking", True): shared_lib.ranking, ("ranking", False): programs.ranking,
                 ("estimates", True): shared_lib.estimates,
                 ("estimates", False): programs.estimates}[kind, shared]
-      fast = kind != "ranking" or (shared and self.shared.fast_ranking)
-      options = compile_cache.FAST_COMPILE if fast else compile_cache.FORWARD
+      fast = kind == "ranking" and shared and self.shared.fast_ranking
+      options = compile_cache.FAST_COMPILE if fast else compile_cache.EXACT[kind]
       static = self.shared if shared else self.fs.structure
       key = self.shared.structure if shared else static
       # Always compiled through the cache (a no-op callback), so the families

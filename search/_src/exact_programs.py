@@ -79,14 +79,14 @@ def scores_by_row(structure, job, cluster, eff, values):
 # ranking program scored 2,048 rows in 7.3 ms, where the one whole-estimate
 # program that served both before took 11.5 s and 20 ms.
 @functools.partial(jax.jit, static_argnames=("structure",),
-                   compiler_options=compile_cache.FORWARD)
+                   compiler_options=compile_cache.EXACT["ranking"])
 def ranking(structure, job, cluster, eff, values):
   est, excess = _factored(structure, job, cluster, eff, values)
   return est.step_time_s, est.feasible, excess, ((est.duration_s, est.memory_excess),)
 
 
 @functools.partial(jax.jit, static_argnames=("structure",),
-                   compiler_options=compile_cache.FAST_COMPILE)
+                   compiler_options=compile_cache.EXACT["estimates"])
 def estimates(structure, job, cluster, eff, values):
   return jax.vmap(lambda v: _one(structure, job, cluster, eff, v))(values)
 

@@ -295,7 +295,7 @@ def _estimated(shared: SharedSpace, job, cluster, eff, v):
 # this program is compiled for compile time (level 0: 6.5 s where level 1 took
 # 11.5 s on PPO Llama-3.1-70B's three families, 2 CPU cores, 2026-12-04).
 @functools.partial(jax.jit, static_argnames=("shared",),
-                   compiler_options=compile_cache.FAST_COMPILE)
+                   compiler_options=compile_cache.EXACT["estimates"])
 def estimates(shared: SharedSpace, job, cluster, eff, values):
   """Exact estimates and memory excess of rows [N, U + 1] of ``shared``, one
   ``(Estimate, excess)`` per family (the row's own family's is its estimate)."""
@@ -306,7 +306,8 @@ def estimates(shared: SharedSpace, job, cluster, eff, values):
 # (their start and end times, breakdowns and throughput), which XLA then drops;
 # each stage is costed once per distinct input of the chunk
 # (:func:`costmodel.estimate_rows`): a block sweep keeps most stages' inputs.
-@functools.partial(jax.jit, static_argnames=("shared",), compiler_options=compile_cache.FORWARD)
+@functools.partial(jax.jit, static_argnames=("shared",),
+                   compiler_options=compile_cache.EXACT["ranking"])
 def ranking(shared: SharedSpace, job, cluster, eff, values):
   """Step time, feasibility and memory excess of rows [N, U + 1] of ``shared``
   (each its own family's), and per family ``(duration_s, memory_excess)``
