@@ -13,8 +13,8 @@ chunk: plans sampled from the families' valid spaces, block sweeps (one plan
 with one block's valid rows at its pool sizes, as the discrete phase's sweeps
 score them; the mean over every family's blocks) and one plan repeated (what the
 per-row assembly costs alone). The same ranking costed row by row (every stage
-on every row, as before 2026-12-05) and the whole-estimate program are timed on
-the sampled chunk.
+on every row, without the per-distinct-input factoring) and the whole-estimate
+program are timed on the sampled chunk.
 
 Usage, from the repository root (about a minute a job on 2 CPU cores)::
 
@@ -85,7 +85,7 @@ def _sweeps(space, chunk: int) -> list[np.ndarray]:
 
 
 def _row_by_row(space, job, cluster, eff, values):
-  """The ranking program costing every stage on every row (before 2026-12-05)."""
+  """The ranking program costing every stage on every row (no factoring), for comparison."""
   from search._src import shared  # pylint: disable=g-import-not-at-top
   out = jax.vmap(lambda v: shared._estimated(space, job, cluster, eff, v))(values)
   return shared.picked(space, values, *zip(*out))

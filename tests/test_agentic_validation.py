@@ -2,8 +2,8 @@
 
 The turns per episode, the tokens per turn and the tool latency are not
 published: the cases assume 4 turns and infer the tokens per turn from rl:9's
-``update_actor`` (rl:10's, fully asynchronous, from its own). Tolerances,
-measured 2026-12-01 with the default efficiency parameters (errors: rl:9 step
+``update_actor`` (rl:10's, fully asynchronous, from its own). Tolerances, set
+from the errors with the default efficiency parameters (errors: rl:9 step
 -33%, gen -55%, old_log_prob +10%; rl:10 step -18%): every prediction within
 60%, median below 30%.
 """

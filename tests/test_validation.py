@@ -41,11 +41,8 @@ COLLECTIVES = {"training_inference:85", "training_inference:86", "training_infer
 # DeepSpeed-Chat's OPT-30B and OPT-66B on 8 A100 and OPT-175B on 64 A100 train
 # a LoRA actor; those rows are LoRA cases (group rl_lora), not full fine-tuning.
 DS_CHAT_LORA = {"rl:103", "rl:104", "rl:110"}
-# Median absolute error of the RL step rows, measured at 18.7% with the default
-# efficiency parameters over 27 rows (29.2% over 19 before the engine overheads,
-# the controller hand-off, the weight-sync backends, swap and the asynchronous
-# steady state were modelled and veRL's fully-async ablations N1-N9 were
-# added); asserted with a small margin.
+# Median absolute error of the RL step rows, 18.7% with the default efficiency
+# parameters over 27 rows; asserted with a small margin.
 RL_STEP_MEDIAN_BOUND = 0.21
 
 
@@ -139,9 +136,8 @@ def test_decode_rows(rows):
   # TP 2 halves the weight reads: faster than TP 1, as measured.
   by_id = {r.row_id: r for r in selected}
   assert by_id["training_inference:46"].predicted < by_id["training_inference:44"].predicted
-  # vLLM serving rows (measured 2026-11-30: -34% H100, -45% A100 without the
-  # engine's per-sequence overhead and the HTTP server's share; with them
-  # about +9% and -13%): the H100 is faster than the A100 by more than 1.5x,
+  # vLLM serving rows (about +9% H100 and -13% A100 with the engine's
+  # per-sequence overhead and the HTTP server's share; -34% and -45% without): the H100 is faster than the A100 by more than 1.5x,
   # as published (2.07x).
   h100, a100 = by_id["training_inference:57"], by_id["training_inference:58"]
   assert a100.predicted / h100.predicted > 1.5
@@ -234,7 +230,7 @@ def test_moe_and_fp8_cases_quote_their_table():
 
 
 def test_moe_rows_median_within_10_percent(moe_fp8_rows):
-  # Measured 2026-12-01: 17 rows (10 DeepGEMM grouped GEMMs, 6 Megatron-Core
+  # 17 rows (10 DeepGEMM grouped GEMMs, 6 Megatron-Core
   # and Pai-Megatron-Patch training rows, 1 SGLang decode row) at a 6.5%
   # median; the Pai full-recompute rows are +42% (their recompute scope is
   # not stated), the GB200 Qwen3-30B rows +21% and +31%.
@@ -246,11 +242,11 @@ def test_moe_rows_median_within_10_percent(moe_fp8_rows):
 
 
 def test_fp8_rows_median_within_10_percent(moe_fp8_rows):
-  # Measured 2026-12-01: 22 rows at a 5.5% median (10.6% before the narrow
-  # operand stream, Efficiency.matmul_stream_half_bytes); the 10
+  # 22 rows at a 5.5% median (10.6% without the narrow operand stream,
+  # Efficiency.matmul_stream_half_bytes); the 10
   # compute-bound ones (DeepGEMM at M = 4,096 and the FP8/MXFP8 training
   # rows) at 6.6%. DeepGEMM's M <= 128 rows are memory bound, and at
-  # N = 2,112 stream at 1.5-1.7 TB/s: -9% and +2% (were +50% and +69%).
+  # N = 2,112 stream at 1.5-1.7 TB/s: -9% and +2% (+50% and +69% without it).
   fp8 = [r for r in moe_fp8_rows if r.group == "fp8"]
   assert len(fp8) >= 4
   assert float(np.median([abs(r.error) for r in fp8])) <= 0.10

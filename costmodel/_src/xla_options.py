@@ -16,7 +16,7 @@ from __future__ import annotations
 # elemental emitter instead of the MLIR fusion emitters, and backend
 # optimisation level 0 skips LLVM's optimisation: the classic emitters halve
 # the relaxed loop's compilation (already at level 0 before), both together
-# cut the exact evaluator's about 7x on 2 CPU cores (2026-12-01), for slower
+# cut the exact evaluator's about 7x, for slower
 # execution (the exact scorer of enumerations, 16,384-row chunks, keeps the
 # defaults: there the classic emitters halve the throughput).
 FAST_COMPILE = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0}

@@ -62,27 +62,23 @@ rows is scored in calls of this many, side by side on every core."""
 TABLES_FROM = 100_000_000
 """Enumerations of at least this many plans look the stages one block decides
 up in tables (:mod:`search._src.stage_tables`). On PPO Qwen2.5-7B with a 1.5B
-reward model, 64 H100, three pools (2 cores, 2026-12-06) the tables took 5.4 s
-to build and raised enumeration from 8.6 to 15.6 M plans/s: they pay from
-about 1e8 plans."""
+reward model, 64 H100, three pools, the tables take seconds to build and
+nearly double enumeration's rate: they pay from about 1e8 plans."""
 
 
 TABLES_BUDGET_S = 30.0
 """Random search and annealing build tables (:func:`_Run`) from this budget
 up, or when told to, and use them whenever this process has built them. A
-first build, compilation included, took 2.4-6.1 s per family of the large
-jobs, against 1.2-10x the plans a second after it (2 cores, 2026-12-06).
-In the cold runs of ``benchmarks.search_large`` (3.3-6.4 s a family) the
-by-row scorer, which compiles in about 3 s, did as well or slightly better:
-median gaps to the gradient search +3.65% / +3.93% (random / annealing)
-without tables, +3.65% / +4.54% with them."""
+first build, compilation included, takes seconds per family of the large
+jobs and then raises the rate 1.2-10x; in a short cold run the by-row scorer,
+which compiles faster, finds plans as good (``benchmarks.search_large``)."""
 
 
 # Valid spaces and their stage tables are kept per process, as compiled
 # programs are: a baseline called again on the same problem (the benchmark's
 # warm runs, a sweep of budgets) finds them built. DeepSeek-V3's split family
-# on 16,384 H800 takes 32 s to find its valid block rows (2 cores, 2026-12-06);
-# its blocks hold 7.3 million rows.
+# on 16,384 H800 takes tens of seconds to find its valid block rows; its
+# blocks hold 7.3 million rows.
 _KEPT = 8
 _kept_values: collections.OrderedDict = collections.OrderedDict()
 _kept_lock = threading.Lock()
@@ -295,11 +291,10 @@ def random_search(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_s: flo
   enumeration's) with ``tables`` True, or None (the default) and either a
   budget of at least :data:`TABLES_BUDGET_S` or tables this process built
   before (never with False); the other stages are costed per row. On the
-  large jobs' families (``benchmarks.search_large``; 8,192-row batches, 2
-  cores, 2026-12-06) the tables raised the rate from 0.3-0.6 to 1.0-3.0 M
-  plans a second on the five whose training stages they hold, and from 0.6
-  to 0.7 M on Qwen3-235B's split family (generation only); DeepSeek-V3's
-  split family has none (its blocks are too large)."""
+  large jobs' families (``benchmarks.search_large``, 8,192-row batches) the
+  tables raise the rate 2-5x on the five whose training stages they hold, and
+  a little on Qwen3-235B's split family (generation only); DeepSeek-V3's split
+  family has none (its blocks are too large)."""
   run = _Run(job, cluster, family, space, efficiency, batch, top_k, framework,
              tables=_tables(tables, budget_s))
   rng = np.random.default_rng(seed)

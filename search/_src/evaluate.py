@@ -126,8 +126,8 @@ class Evaluator:
     if self._shares(kind):
       part = self.shared.widen(self._family, part)
     # A numpy array: jnp.asarray would compile a program of its own for each new
-    # shape (the whole estimates' first rows waited 1.5 s for one while XLA
-    # compiled the ranking program, DeepSeek-V3 on 16,384 H100, 2026-12-06).
+    # shape, and the whole estimates' first rows would wait for it while XLA
+    # compiles the ranking program.
     return (self.fs.job, self.fs.cluster, self.eff, np.asarray(part))
 
   def _run(self, kind: str, part: np.ndarray, on_traced=None):
@@ -165,8 +165,7 @@ class Evaluator:
   def _run_lean(self, part: np.ndarray, labels: np.ndarray | None = None):
     """One call of the lean scorer, compiled once and called with the job's
     arrays on the device: a jitted call hashes the structure and flattens the
-    job each time (16 chunks of 16,384 rows, one core, 2026-12-06: 26.6
-    against 20.0 ms)."""
+    job each time (about a third more time per 16,384-row chunk)."""
     kind = ("lean", labels is not None)
     program = self._compiled.get(kind)
     if program is None:
@@ -320,8 +319,8 @@ class Evaluator:
 
     def one(start):
       # Each chunk is cut and cast to float32 in its own thread (numpy casts
-      # without the GIL): cast whole before, 262,144 enumerated PPO rows of 36
-      # float64 values took 7 ms of a 39 ms pass (2 cores, 2026-12-06).
+      # without the GIL): cast whole before, the cast of 262,144 enumerated PPO
+      # rows of 36 float64 values took a sixth of the pass.
       parts = [_chunk(a, start, self.chunk, np.float32 if k == 0 else None)
                for k, a in enumerate(arrays)]
       m = parts[0][1]

@@ -37,9 +37,9 @@ def _factored(structure, job, cluster, eff, values, labels=None, label_of=None, 
 # The lean scorers keep XLA's default options: they serve enumeration and the
 # baselines, whose throughput (large chunks) the classic emitters would halve.
 # Enumeration's chunks share most stage inputs (on GRPO Qwen2.5-7B, 64 H100,
-# 16,384-row chunks in enumeration order, one core, 2026-12-05: 2.1-2.4 ms a
-# chunk, 7-8 M plans/s, against 34 ms row by row); on the large jobs' uniform
-# samples costing each row is mostly faster (random search and annealing).
+# 16,384-row chunks in enumeration order, factoring is about 15x faster than
+# costing row by row); on the large jobs' uniform samples costing each row is
+# mostly faster (random search and annealing).
 @functools.partial(jax.jit, static_argnames=("structure",))
 def scores(structure, job, cluster, eff, values):
   est, excess = _factored(structure, job, cluster, eff, values)
@@ -49,8 +49,8 @@ def scores(structure, job, cluster, eff, values):
 # With the rows labelled by the options of each block they take (enumeration),
 # the rows of a stage are grouped by those labels rather than by the bits of
 # its inputs: on GRPO Qwen2.5-7B, 64 H100, 16,384-row chunks in enumeration
-# order, one core (2026-12-06), 1.2-1.3 against 2.1-2.4 ms a chunk; on uniform
-# samples the two take about as long.
+# order, this takes about half the time; on uniform samples the two take about
+# as long.
 # ``table_cols``: stage name -> the labels column that indexes its table in
 # ``tables`` (:mod:`search._src.stage_tables`).
 @functools.partial(jax.jit, static_argnames=("structure", "label_of", "table_cols"))
@@ -74,10 +74,9 @@ def scores_by_row(structure, job, cluster, eff, values):
 # (:data:`~search._src.compile_cache.FORWARD`). The whole-estimate program
 # serves few rows (a search's top plans, the rules of thumb) and is compiled
 # for compile time (:data:`~search._src.compile_cache.FAST_COMPILE`). On PPO
-# Llama-3.1-70B's three families (one shared program each, 2,048-row chunks,
-# 2 CPU cores, 2026-12-04) the two took 5.3 and 6.5 s to compile and the
-# ranking program scored 2,048 rows in 7.3 ms, where the one whole-estimate
-# program that served both before took 11.5 s and 20 ms.
+# Llama-3.1-70B's three families (one shared program each, 2,048-row chunks)
+# the two together compile about as fast as one whole-estimate program serving
+# both would, and the ranking program scores a chunk about 3x faster.
 @functools.partial(jax.jit, static_argnames=("structure",),
                    compiler_options=compile_cache.EXACT["ranking"])
 def ranking(structure, job, cluster, eff, values):
@@ -99,7 +98,7 @@ def compiled_once(key: tuple, jitted, args: tuple):
   """``jax.jit(jitted)`` compiled for ``args``, once per process for ``key``
   and the arguments' tree, shapes and dtypes: the baselines build an
   evaluator per call, and a warm call must not compile its scorer again
-  (DeepSeek-V3's split family on 16,384 H800: 4.2 s, 2 cores, 2026-12-06)."""
+  (seconds for DeepSeek-V3's split family on 16,384 H800)."""
   leaves, tree = jax.tree_util.tree_flatten(args)
   key = (*key, str(tree),
          tuple((np.shape(x), str(getattr(x, "dtype", type(x)))) for x in leaves))

@@ -127,8 +127,7 @@ def _exact_first(fs, cfg: relax.RelaxConfig, rows_per_device: int) -> bool:
   """Whether the exact program should compile before the relaxed loop: the loop
   is a small finite-difference one (:func:`search._src.relax.small_loop`),
   whose level-0 step compiles in about half the exact program's time (the
-  default job, 2 CPU cores, 2026-12-03: 3.7 and 7.2 s), so the exact program
-  finished last."""
+  default job), so the exact program would otherwise finish last."""
   return cfg.gradient in relax.FINITE_DIFFERENCES and relax.small_loop(fs, cfg, rows_per_device)
 
 
@@ -263,7 +262,7 @@ def _prepare_likely_top(evs, outs, cfg: relax.RelaxConfig) -> None:
   """Starts compiling the whole-estimate program of the family with the best
   relaxed step time, which the search's top plans need at the end: it was their
   family in 12 of 12 searches (PPO Llama-3.1-70B, Qwen3-235B, DeepSeek-V3 on
-  H100 and H800, 3 seeds each, 2026-12-06), and it compiles while the ranking
+  H100 and H800, 3 seeds each), and it compiles while the ranking
   program finishes and the discrete phases run rather than after them."""
   best = np.asarray([relaxed_best(out, cfg) for out in outs])
   if np.isfinite(best).any():

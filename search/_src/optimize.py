@@ -74,8 +74,8 @@ def _check_int(name: str, value, low: int) -> None:
 # Relaxed starts per family. On the 24 enumerable problems of
 # ``benchmarks.search_steps`` 16 starts find the exhaustive optimum as 32 and 64
 # do (gap 0.00% on all 24, benchmarks/results/search_starts.md), and a quarter
-# of the starts cuts the default job's warm search from 6.3 to 2.5 s and its cold
-# one from 20 to 14 s (2 cores, 2026-12-03).
+# of 64 starts cuts the default job's warm search by more than half and its cold
+# one by about a third.
 DEFAULT_STARTS = 16
 
 
@@ -124,7 +124,7 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = DE
       phases start from the random starts as drawn and the cut DP's
       candidates), or ``auto``: on when some family's space holds at least
       :data:`RELAX_MIN_PLANS` value vectors (before validity checks) or
-      ``dp_seeds`` is off. Measured (2026-12-03): on the 24 enumerable
+      ``dp_seeds`` is off. On the 24 enumerable
       benchmark problems and the default job (at most 1.3e10) the search
       without it finds the same plans, 3-4 s sooner from a cold start; on
       Qwen3-235B on 512 GPUs (4.0e12) it finds a plan 1.4% faster than
@@ -206,7 +206,7 @@ RELAXED = ("auto", "on", "off")
 # family's space (``FamilySpace.size``, before validity checks): between the
 # largest space where the discrete phases alone found every plan it found (the
 # default job's split family, 1.3e10) and the smallest where it found a better
-# one (Qwen3-235B's split family on 512 GPUs, 4.0e12; measured 2026-12-03).
+# one (Qwen3-235B's split family on 512 GPUs, 4.0e12).
 RELAX_MIN_PLANS = 1e11
 
 

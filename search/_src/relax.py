@@ -269,11 +269,10 @@ def _run(static, cfg, job, cluster, eff, x0, lo, hi):
 # step that Python calls ``steps`` times (a scan of it doubled its
 # compilation). Level 1 halves a step's run time and costs more to compile, so
 # a loop of few point evaluations per device compiles at level 0. Forward
-# differences, 16 starts a family (2026-12-05, 2 cores): DeepSeek-V3 on 16,384
-# GPUs has 19,200 points a core (level 0: cold 11.1 s, warm 3.0-3.1 s; level 1:
-# 11.6 s and 2.3 s), PPO 70B 48,000 (level 0: 15.0 s and 3.6-3.8 s; level 1:
-# 16.0 s and 2.6-2.7 s). Level 1 saves 0.75 s a run for 0.5 s more compilation
-# at 19,200 points: level 0 pays below about 13,000.
+# differences, 16 starts a family: at 19,200 points a core (DeepSeek-V3 on
+# 16,384 GPUs) level 1 saves about 0.75 s a run for about 0.5 s more
+# compilation, and the saving scales with the points, so level 0 pays below
+# about 13,000.
 SMALL_LOOP_POINTS = 13_000
 
 

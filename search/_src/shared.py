@@ -57,20 +57,17 @@ class SharedSpace:
       with an objective of its own).
     whole: Whether its evaluators take whole estimates from one program for
       every family (:func:`estimates`, which a search then compiles in the
-      background) rather than each family's own. One program costs less than
-      all the families' own (GRPO Qwen2.5-7B on 64 H100, two families, 2 CPU
-      cores, 2026-12-06: 2.4 s against 1.6 + 1.5 s), but a search's top plans
-      come from few families, and where a relaxed loop compiles too, a third
-      compilation competes with it and the ranking program for the two cores
-      (PPO Llama-3.1-70B on 1,024 H100, three families: 6.2 s against 2.6-3.7 s
-      each).
+      background) rather than each family's own. One program compiles faster than
+      all the families' own together (GRPO Qwen2.5-7B on 64 H100, two
+      families), but slower than any one of them, and a search's top plans
+      come from few families; where a relaxed loop compiles too, a third
+      compilation competes with it and the ranking program for the cores.
     fast_ranking: Whether the ranking program is compiled for compile time
       (:data:`~search._src.compile_cache.FAST_COMPILE`) rather than for
       throughput (:data:`~search._src.compile_cache.FORWARD`): for a search
       whose discrete phases alone score few rows, so that its compilation is
-      the critical path (the default job, 61,000 rows, 2 CPU cores,
-      2026-12-06: 1.5-1.9 s against 2.6-3.1 s to compile, 3.5-3.8 against
-      1.3-1.8 ms per 2,048 rows).
+      the critical path (the default job, 61,000 rows: it compiles in about
+      60% of the time and scores 2,048 rows 2-3x slower).
 
   Raises:
     ValueError: for fewer than two spaces, spaces of different jobs or
@@ -292,8 +289,8 @@ def _estimated(shared: SharedSpace, job, cluster, eff, v):
 
 
 # Whole estimates serve few rows (a search's top plans, the rules of thumb), so
-# this program is compiled for compile time (level 0: 6.5 s where level 1 took
-# 11.5 s on PPO Llama-3.1-70B's three families, 2 CPU cores, 2026-12-04).
+# this program is compiled for compile time (level 0 compiles in about 60% of
+# level 1's time on PPO Llama-3.1-70B's three families).
 @functools.partial(jax.jit, static_argnames=("shared",),
                    compiler_options=compile_cache.EXACT["estimates"])
 def estimates(shared: SharedSpace, job, cluster, eff, values):

@@ -38,8 +38,8 @@ CHUNK = 4096
 
 # One program for every tabled stage of a structure, run on every block's rows
 # (keeping each block's own stages), compiled once per process and structure:
-# compiling dominates (PPO split3 above, 2 cores, 2026-12-06: 6.5 s, against
-# 13 ms a 4,096-row call), so a program per block would cost more than the
+# compiling dominates (for PPO's split3 family, seconds against milliseconds
+# for a 4,096-row call), so a program per block would cost more than the
 # stages it skips.
 @functools.partial(jax.jit, static_argnames=("structure", "names"))
 def _costs(structure, names, job, cluster, eff, rows):

@@ -47,10 +47,10 @@ from costmodel._src.step import dependence
 from costmodel._src.step import estimate as estimate_lib
 
 BLOCK = 64
-"""Distinct inputs of a stage costed per step of its loop. On PPO Llama-3.1-70B's
-three families (2,048-row chunks, one core, 2026-12-05) blocks of 64 and 128
-score sampled rows alike (11.3 ms) and 2,048 copies of one row in 2.3 and
-2.7 ms; 32 takes 16 ms on the sampled rows."""
+"""Distinct inputs of a stage costed per step of its loop. On 2,048-row chunks of
+PPO Llama-3.1-70B's three families, blocks of 64 and 128 score sampled rows
+alike and 64 is the faster on repeated rows; 32 is about 40% slower on sampled
+rows."""
 
 FACTORED_KINDS = (alg.GENERATE, alg.INFER, alg.TRAIN)
 """Stage kinds costed once per distinct input; the others (the weight sync, CPU
@@ -263,10 +263,9 @@ def distinct(keys: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
   lowest row index that lands in a slot is its representative, and a row takes
   its slot's representative only if their keys are equal in full. Rows that
   do not (another key took the slot) try again with a second hash, then stand
-  for themselves. No sort: on 16,384 rows of 12 words (one core, 2026-12-05)
-  0.33 ms against 0.87 ms for sorting the hashes, with fewer keys listed twice;
-  a table of ``2 N`` rather than ``4 N`` slots (less to fill) took 0.21 against
-  0.23 ms on 60 distinct keys.
+  for themselves. No sort: on 16,384 rows of 12 words hashing
+  takes about a third of the time of sorting the hashes, with fewer keys listed
+  twice; a table of ``2 N`` rather than ``4 N`` slots has less to fill.
 
   Returns:
     ``(firsts, inverse, count)``: ``firsts[:count]`` a row index of each distinct
