@@ -3,10 +3,14 @@
 >>> from costmodel import models
 >>> models.get("Llama-3.1-8B").total_params
 8030261248
+>>> models.from_hf_id("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B").total_params
+7615616512
 """
 
+from costmodel._src.specs.hf_models import from_hf_id
+from costmodel._src.specs.hf_models import ids as hf_ids
 from costmodel._src.specs.model_presets import get
 from costmodel._src.specs.model_presets import names
 from costmodel._src.specs.model_presets import published_params
 
-__all__ = ("get", "names", "published_params")
+__all__ = ("from_hf_id", "get", "hf_ids", "names", "published_params")

@@ -33,109 +33,46 @@ import os
 import pathlib
 from typing import Any
 
+from costmodel._src.specs import hf_families
+from costmodel._src.specs.hf_reader import REQUIRED
+from costmodel._src.specs.hf_reader import Reader
 from costmodel._src.specs.model import ModelSpec
 
 SUPPORTED_MODEL_TYPES = (
     "llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "deepseek_v2",
-    "deepseek_v3", "opt",
+    "deepseek_v3", "deepseek_v32", "kimi_k2", "opt", *hf_families.PARSERS,
 )
 
-_REQUIRED = object()
-
-
-class _Reader:
-  """Typed, strict access to one config dict; errors name the source and key."""
-
-  def __init__(self, cfg: Mapping[str, Any], source: str):
-    self.cfg = cfg
-    self.source = source
-
-  def _get(self, key: str, default: Any) -> Any:
-    if key in self.cfg and self.cfg[key] is not None:
-      return self.cfg[key]
-    if default is _REQUIRED:
-      model_type = self.cfg.get("model_type")
-      raise ValueError(
-          f"{self.source}: missing required key {key!r} for {model_type=}")
-    return default
-
-  def integer(self, key: str, default: Any = _REQUIRED, minimum: int = 1) -> int:
-    v = self._get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int):
-      raise ValueError(f"{self.source}: {key}={v!r} must be an integer")
-    if v < minimum:
-      what = "positive" if minimum == 1 else f">= {minimum}"
-      raise ValueError(f"{self.source}: {key}={v!r} must be {what}")
-    return v
-
-  def flag(self, key: str, default: Any = _REQUIRED) -> bool:
-    v = self._get(key, default)
-    if not isinstance(v, bool):
-      raise ValueError(f"{self.source}: {key}={v!r} must be true or false")
-    return v
-
-  def layer_list(self, key: str, n_layers: int) -> list[int]:
-    v = self._get(key, [])
-    if not isinstance(v, list) or any(
-        isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n_layers
-        for i in v):
-      raise ValueError(f"{self.source}: {key}={v!r} must be a list of layer "
-                       f"indices in [0, {n_layers})")
-    return v
-
-  def head_dim(self, hidden: int, n_heads: int) -> int:
-    if self.cfg.get("head_dim") is not None:
-      return self.integer("head_dim")
-    if hidden % n_heads:
-      raise ValueError(
-          f"{self.source}: hidden_size={hidden} is not divisible by "
-          f"num_attention_heads={n_heads}; give head_dim explicitly")
-    return hidden // n_heads
-
-
-def _attention(r: _Reader) -> dict[str, int]:
-  hidden = r.integer("hidden_size")
-  n_heads = r.integer("num_attention_heads")
-  n_kv_heads = r.integer("num_key_value_heads", n_heads)
-  if n_heads % n_kv_heads:
-    raise ValueError(f"{r.source}: num_attention_heads={n_heads} must be "
-                     f"divisible by num_key_value_heads={n_kv_heads}")
-  return dict(
-      n_layers=r.integer("num_hidden_layers"),
-      hidden=hidden,
-      n_heads=n_heads,
-      n_kv_heads=n_kv_heads,
-      head_dim=r.head_dim(hidden, n_heads),
-      vocab=r.integer("vocab_size"),
-  )
-
-
-def _llama_like(r: _Reader, qkv_bias_default: bool) -> dict[str, Any]:
+def _llama_like(r: Reader, bias_key: bool) -> dict[str, Any]:
   # Llama's `attention_bias` puts biases on q, k, v and o; only the first three
   # are modelled (the o bias is `hidden` parameters per layer).
   return dict(
-      _attention(r),
+      hf_families.attention(r),
       ffn_hidden=r.integer("intermediate_size"),
       tied_embeddings=r.flag("tie_word_embeddings", False),
-      qkv_bias=r.flag("attention_bias", qkv_bias_default),
+      qkv_bias=r.flag("attention_bias", False) if bias_key else False,
   )
 
 
-def _llama(r: _Reader) -> dict[str, Any]:
-  return _llama_like(r, qkv_bias_default=False)
+def _llama(r: Reader) -> dict[str, Any]:
+  return _llama_like(r, bias_key=True)
 
 
-def _qwen2(r: _Reader) -> dict[str, Any]:
+def _qwen2(r: Reader) -> dict[str, Any]:
   # Qwen2 hard-codes bias=True on q_proj, k_proj and v_proj (no config key).
-  return dict(_llama_like(r, qkv_bias_default=False), qkv_bias=True)
+  # Its `sliding_window` applies only with `use_sliding_window`, off in every
+  # released Qwen2.5 config; it is read as full attention.
+  if r.strict:
+    r.flag("use_sliding_window")
+  return dict(_llama_like(r, bias_key=False), qkv_bias=True)
 
 
-def _qwen3(r: _Reader) -> dict[str, Any]:
-  return _llama_like(r, qkv_bias_default=False)
+def _qwen3(r: Reader) -> dict[str, Any]:
+  return _llama_like(r, bias_key=True)
 
 
-def _qwen3_moe(r: _Reader) -> dict[str, Any]:
-  fields = dict(_attention(r),
+def _qwen3_moe(r: Reader) -> dict[str, Any]:
+  fields = dict(hf_families.attention(r),
                 tied_embeddings=r.flag("tie_word_embeddings", False),
                 qkv_bias=r.flag("attention_bias", False))
   n_layers = fields["n_layers"]
@@ -147,7 +84,7 @@ def _qwen3_moe(r: _Reader) -> dict[str, Any]:
   n_sparse = sum(1 for i in range(n_layers)
                  if n_experts > 0 and i not in mlp_only and (i + 1) % step == 0)
   n_dense = n_layers - n_sparse
-  fields["ffn_hidden"] = r.integer("intermediate_size", _REQUIRED if n_dense else 0,
+  fields["ffn_hidden"] = r.integer("intermediate_size", REQUIRED if n_dense else 0,
                                minimum=1 if n_dense else 0)
   if n_sparse:
     fields.update(
@@ -159,10 +96,10 @@ def _qwen3_moe(r: _Reader) -> dict[str, Any]:
   return fields
 
 
-def _mixtral(r: _Reader) -> dict[str, Any]:
+def _mixtral(r: Reader) -> dict[str, Any]:
   ffn = r.integer("intermediate_size")
   return dict(
-      _attention(r),
+      hf_families.attention(r),
       ffn_hidden=ffn,
       tied_embeddings=r.flag("tie_word_embeddings", False),
       n_experts=r.integer("num_local_experts"),
@@ -171,7 +108,7 @@ def _mixtral(r: _Reader) -> dict[str, Any]:
   )
 
 
-def _deepseek(r: _Reader) -> dict[str, Any]:
+def _deepseek(r: Reader) -> dict[str, Any]:
   hidden = r.integer("hidden_size")
   n_heads = r.integer("num_attention_heads")
   n_layers = r.integer("num_hidden_layers")
@@ -195,9 +132,14 @@ def _deepseek(r: _Reader) -> dict[str, Any]:
       kv_lora_rank=r.integer("kv_lora_rank"),
       vocab=r.integer("vocab_size"),
       tied_embeddings=r.flag("tie_word_embeddings", False),
-      ffn_hidden=r.integer("intermediate_size", _REQUIRED if n_dense else 0,
+      ffn_hidden=r.integer("intermediate_size", REQUIRED if n_dense else 0,
                        minimum=1 if n_dense else 0),
   )
+  fields["mtp_layers"] = r.integer("num_nextn_predict_layers", 0, minimum=0)
+  if r.cfg.get("model_type") == "deepseek_v32":
+    fields.update(index_heads=r.integer("index_n_heads"),
+                  index_head_dim=r.integer("index_head_dim"),
+                  index_topk=r.integer("index_topk"))
   if n_moe:
     moe_ffn = r.integer("moe_intermediate_size")
     fields.update(
@@ -210,7 +152,7 @@ def _deepseek(r: _Reader) -> dict[str, Any]:
   return fields
 
 
-def _opt(r: _Reader) -> dict[str, Any]:
+def _opt(r: Reader) -> dict[str, Any]:
   hidden = r.integer("hidden_size")
   n_heads = r.integer("num_attention_heads")
   if hidden % n_heads:
@@ -243,7 +185,10 @@ _PARSERS = {
     "mixtral": _mixtral,
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
+    "deepseek_v32": _deepseek,  # DeepSeek-V3.2: V3 plus the sparse-attention indexer
+    "kimi_k2": _deepseek,  # Kimi K2: the DeepSeek-V3 layout, model_type of its own
     "opt": _opt,
+    **hf_families.PARSERS,
 }
 assert set(_PARSERS) == set(SUPPORTED_MODEL_TYPES)
 
@@ -274,7 +219,11 @@ def _load(config) -> tuple[Mapping[str, Any], str, str | None]:
   return cfg, str(path), stem
 
 
-def from_hf_config(config, name: str | None = None) -> ModelSpec:
+# Multimodal checkpoints whose language model sits under `text_config`.
+_TEXT_CONFIG_WRAPPERS = {"gemma3": "gemma3_text"}
+
+
+def from_hf_config(config, name: str | None = None, strict: bool = False) -> ModelSpec:
   """Builds a :class:`ModelSpec` from a Hugging Face ``config.json``.
 
   Args:
@@ -283,6 +232,9 @@ def from_hf_config(config, name: str | None = None) -> ModelSpec:
     name: Name of the spec. Defaults to the config's ``name_or_path`` or
       ``_name_or_path``, else the file stem (the directory name for a file
       called ``config.json``), else the ``model_type``.
+    strict: Every key the family's reader asks for must be present (no
+      ``transformers`` defaults) and every key present must be read; the
+      shipped table of model facts is read this way.
 
   Returns:
     The architecture as a :class:`ModelSpec`.
@@ -303,13 +255,23 @@ def from_hf_config(config, name: str | None = None) -> ModelSpec:
     8030261248
   """
   cfg, source, fallback = _load(config)
+  outer = cfg
   model_type = cfg.get("model_type")
+  if (isinstance(model_type, str) and model_type.lower() in _TEXT_CONFIG_WRAPPERS
+      and isinstance(cfg.get("text_config"), Mapping)):
+    cfg = dict(cfg["text_config"])
+    cfg.setdefault("model_type", _TEXT_CONFIG_WRAPPERS[model_type.lower()])
+    source = f"{source} (text_config)"
+    model_type = cfg["model_type"]
   if not isinstance(model_type, str) or model_type.lower() not in _PARSERS:
     raise ValueError(
         f"{source}: unsupported {model_type=}; supported model types: "
         f"{', '.join(SUPPORTED_MODEL_TYPES)}")
   model_type = model_type.lower()
-  fields = _PARSERS[model_type](_Reader(cfg, source))
+  reader = Reader(cfg, source, strict=strict)
+  fields = _PARSERS[model_type](reader)
+  reader.check_all_read()
+  cfg = outer
   if name is None:
     for key in ("name_or_path", "_name_or_path"):
       if isinstance(cfg.get(key), str) and cfg[key]:

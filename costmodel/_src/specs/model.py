@@ -14,6 +14,8 @@ import dataclasses
 
 from costmodel._src import pytree
 
+LAYER_TYPES = ("full_attention", "sliding_attention", "linear_attention")
+
 
 @pytree.pytree_dataclass
 class ModelSpec:
@@ -46,6 +48,20 @@ class ModelSpec:
       ``hidden`` (OPT-350M's ``word_embed_proj_dim``); the model then carries
       bias-free projections in and out (``2 * embed_dim * hidden``). 0 means
       ``hidden``.
+    layer_types: Token mixer of each layer as ``config.json`` names it
+      (``full_attention``, ``sliding_attention``, ``linear_attention``); empty
+      means full attention in every layer.
+    sliding_window: Keys a ``sliding_attention`` layer attends to.
+    linear_k_heads, linear_v_heads, linear_k_dim, linear_v_dim, linear_conv:
+      Gated DeltaNet (linear attention) key and value heads, their widths and
+      the causal convolution's kernel length.
+    attn_output_gate: Full attention with a sigmoid output gate (the query
+      projection doubles: Qwen3-Next, Qwen3.5).
+    index_heads, index_head_dim, index_topk: DeepSeek sparse attention: the
+      lightning indexer's heads and width, and the keys each query attends
+      to (0: dense attention).
+    mtp_layers: Multi-token-prediction modules shipped with the model (not
+      counted in its parameters; a speculative-decoding draft).
   """
 
   name: str = pytree.static_field()
@@ -71,6 +87,18 @@ class ModelSpec:
   qk_rope_head_dim: int = pytree.static_field(default=0)
   v_head_dim: int = pytree.static_field(default=0)
   embed_dim: int = pytree.static_field(default=0)
+  layer_types: tuple[str, ...] = pytree.static_field(default=())
+  sliding_window: int = pytree.static_field(default=0)
+  linear_k_heads: int = pytree.static_field(default=0)
+  linear_v_heads: int = pytree.static_field(default=0)
+  linear_k_dim: int = pytree.static_field(default=0)
+  linear_v_dim: int = pytree.static_field(default=0)
+  linear_conv: int = pytree.static_field(default=0)
+  attn_output_gate: bool = pytree.static_field(default=False)
+  index_heads: int = pytree.static_field(default=0)
+  index_head_dim: int = pytree.static_field(default=0)
+  index_topk: int = pytree.static_field(default=0)
+  mtp_layers: int = pytree.static_field(default=0)
 
   def __post_init__(self):
     owner = f"ModelSpec({self.name!r})"
@@ -79,7 +107,10 @@ class ModelSpec:
     pytree.check_integer(owner, 0, rule="a non-negative integer", **{f: getattr(self, f) for f in (
         "ffn_hidden", "learned_positions", "n_experts", "top_k", "expert_ffn_hidden",
         "shared_ffn_hidden", "first_dense_layers", "q_lora_rank", "kv_lora_rank",
-        "qk_rope_head_dim", "v_head_dim", "embed_dim")})
+        "qk_rope_head_dim", "v_head_dim", "embed_dim", "sliding_window", "linear_k_heads",
+        "linear_v_heads", "linear_k_dim", "linear_v_dim", "linear_conv", "index_heads",
+        "index_head_dim", "index_topk", "mtp_layers")})
+    self._check_layer_types(owner)
     if self.n_heads % self.n_kv_heads:
       raise ValueError(
           f"{owner}: n_heads={self.n_heads} must be divisible by "
@@ -101,7 +132,41 @@ class ModelSpec:
     if self.q_lora_rank and not self.kv_lora_rank:
       raise ValueError(f"{owner}: q_lora_rank={self.q_lora_rank} needs kv_lora_rank > 0 (MLA)")
 
+  def _check_layer_types(self, owner: str) -> None:
+    types = self.layer_types
+    if not isinstance(types, tuple) or (types and len(types) != self.n_layers) or any(
+        t not in LAYER_TYPES for t in types):
+      raise ValueError(f"{owner}: layer_types={types!r} must be empty or a tuple of "
+                       f"n_layers={self.n_layers} names from {LAYER_TYPES}")
+    if "sliding_attention" in types and self.sliding_window <= 0:
+      raise ValueError(f"{owner}: sliding_window={self.sliding_window} must be > 0 "
+                       "with sliding_attention layers")
+    linear = ("linear_k_heads", "linear_v_heads", "linear_k_dim", "linear_v_dim",
+              "linear_conv")
+    if "linear_attention" in types and any(getattr(self, f) <= 0 for f in linear):
+      raise ValueError(f"{owner}: linear_attention layers need {', '.join(linear)} > 0, got "
+                       f"{[getattr(self, f) for f in linear]}")
+    if "linear_attention" in types and self.linear_v_heads % self.linear_k_heads:
+      raise ValueError(f"{owner}: linear_v_heads={self.linear_v_heads} must be divisible by "
+                       f"linear_k_heads={self.linear_k_heads}")
+    if self.index_topk and (self.index_heads <= 0 or self.index_head_dim <= 0):
+      raise ValueError(f"{owner}: index_topk={self.index_topk} needs index_heads and "
+                       "index_head_dim > 0")
+
   # ----- structure ---------------------------------------------------------
+
+  def n_layers_of(self, kind: str) -> int:
+    """Layers whose token mixer is ``kind`` (one of ``LAYER_TYPES``)."""
+    if kind not in LAYER_TYPES:
+      raise ValueError(f"kind={kind!r} must be one of {LAYER_TYPES}")
+    if not self.layer_types:
+      return self.n_layers if kind == "full_attention" else 0
+    return sum(1 for t in self.layer_types if t == kind)
+
+  @property
+  def n_softmax_layers(self) -> int:
+    """Layers with softmax attention (full or sliding): the ones holding a KV cache."""
+    return self.n_layers - self.n_layers_of("linear_attention")
 
   @property
   def is_moe(self) -> bool:
@@ -154,8 +219,8 @@ class ModelSpec:
       kv = (h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
             + self.kv_lora_rank * a * (self.head_dim + self.value_head_dim))
       o = a * self.value_head_dim * h
-      return q + kv + o
-    q = h * a * self.head_dim
+      return q + kv + o + self.indexer_params()
+    q = h * a * self.head_dim * (2 if self.attn_output_gate else 1)
     kv = 2 * h * self.n_kv_heads * self.head_dim
     o = a * self.head_dim * h
     bias = 0
@@ -164,6 +229,43 @@ class ModelSpec:
     if self.linear_bias:
       bias += h
     return q + kv + o + bias
+
+  def indexer_params(self) -> int:
+    """DeepSeek sparse attention's lightning indexer in one layer.
+
+    Query projection from the query latent, one shared key (with a LayerNorm's
+    weight and bias) and a per-head weight from the hidden state.
+    """
+    if not self.index_topk:
+      return 0
+    ih, d = self.index_heads, self.index_head_dim
+    q_in = self.q_lora_rank or self.hidden
+    return q_in * ih * d + self.hidden * d + 2 * d + self.hidden * ih
+
+  @property
+  def linear_qk_width(self) -> int:
+    """Width of the queries (and keys) of one Gated DeltaNet layer, all heads."""
+    return self.linear_k_heads * self.linear_k_dim
+
+  @property
+  def linear_v_width(self) -> int:
+    """Width of the values (and the output gate) of one Gated DeltaNet layer."""
+    return self.linear_v_heads * self.linear_v_dim
+
+  def linear_attention_params(self) -> int:
+    """Parameters of one Gated DeltaNet layer (Qwen3-Next, Qwen3.5).
+
+    Projections to q, k (``linear_qk_width`` each), v and the output gate z
+    (``linear_v_width`` each), the per-head decay and step inputs (b, a); the
+    depthwise causal convolution over q, k and v; per-head ``A_log`` and
+    ``dt_bias``; the gated RMSNorm (one head width); the output projection.
+    """
+    if not self.linear_k_heads:
+      return 0
+    h, qk, v, nv = self.hidden, self.linear_qk_width, self.linear_v_width, self.linear_v_heads
+    in_proj = h * (2 * qk + 2 * v) + h * 2 * nv
+    conv = (2 * qk + v) * self.linear_conv
+    return in_proj + conv + 2 * nv + self.linear_v_dim + v * h
 
   def _mlp_params(self, ffn: int) -> int:
     mats = 3 if self.gated_mlp else 2
@@ -194,10 +296,12 @@ class ModelSpec:
 
   def layer_params(self, active: bool = False) -> int:
     """Parameters of all transformer blocks (all experts, or only active ones)."""
-    per = self.attention_params() + 2 * self._norm_params()
-    dense = self.n_dense_layers * (per + self.dense_mlp_params())
-    moe = self.n_moe_layers * (per + self.moe_mlp_params(active))
-    return dense + moe
+    n_linear = self.n_layers_of("linear_attention")
+    mixers = (self.n_softmax_layers * self.attention_params()
+              + n_linear * self.linear_attention_params())
+    dense = self.n_dense_layers * self.dense_mlp_params()
+    moe = self.n_moe_layers * self.moe_mlp_params(active)
+    return mixers + self.n_layers * 2 * self._norm_params() + dense + moe
 
   @property
   def total_params(self) -> int:
@@ -225,10 +329,15 @@ class ModelSpec:
     """Number of weight tensors (what per-tensor weight-sync overheads scale with)."""
     attn = 10 if self.is_mla else 4 + (3 if (self.qkv_bias or self.linear_bias) else 0)
     mlp = 3 if self.gated_mlp else 2
-    per_dense = attn + 2 + mlp
-    per_moe = attn + 2 + 1 + self.n_experts * mlp + (mlp if self.shared_ffn_hidden else 0)
+    if self.index_topk:
+      attn += 5  # the indexer's wq_b, wk, k_norm (weight, bias), weights_proj
+    per_dense = 2 + mlp
+    per_moe = 2 + 1 + self.n_experts * mlp + (mlp if self.shared_ffn_hidden else 0)
     emb = (1 if self.tied_embeddings else 2) + (2 if self._embed_projection_params() else 0)
-    return self.n_dense_layers * per_dense + self.n_moe_layers * per_moe + emb + 1
+    # Gated DeltaNet: in_proj_qkvz, in_proj_ba, conv1d, A_log, dt_bias, norm, out_proj.
+    mixers = self.n_softmax_layers * attn + self.n_layers_of("linear_attention") * 7
+    return (mixers + self.n_dense_layers * per_dense + self.n_moe_layers * per_moe
+            + emb + 1)
 
   # ----- FLOPs and bytes -----------------------------------------------------
 

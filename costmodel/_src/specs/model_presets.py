@@ -112,13 +112,14 @@ PRESETS: dict[str, dict] = {
                             n_experts=128, top_k=8, expert_ffn_hidden=1536),
     # ----- DeepSeek-V3 (model_type deepseek_v3: MLA, 1 shared expert) ------
     # deepseek-ai/DeepSeek-V3: head_dim is qk_nope_head_dim; the 3 leading
-    # layers (first_k_dense_replace) are dense; MTP layer excluded.
+    # layers (first_k_dense_replace) are dense; the one MTP module
+    # (num_nextn_predict_layers) is recorded, not counted.
     "deepseek-v3": dict(n_layers=61, hidden=7168, n_heads=128, n_kv_heads=128,
                         head_dim=128, ffn_hidden=18432, vocab=129280,
                         n_experts=256, top_k=8, expert_ffn_hidden=2048,
                         shared_ffn_hidden=2048, first_dense_layers=3,
                         q_lora_rank=1536, kv_lora_rank=512,
-                        qk_rope_head_dim=64, v_head_dim=128),
+                        qk_rope_head_dim=64, v_head_dim=128, mtp_layers=1),
     # ----- Mixtral (model_type mixtral) ------------------------------------
     # mistralai/Mixtral-8x7B-v0.1
     "mixtral-8x7b": dict(n_layers=32, hidden=4096, n_heads=32, n_kv_heads=8,

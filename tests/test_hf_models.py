@@ -1,0 +1,119 @@
+"""Tests for the table of models by Hugging Face id (costmodel/data/hf_models.yaml)."""
+
+import pytest
+import yaml
+
+from costmodel import models
+from costmodel._src.specs import hf_config
+from costmodel._src.specs import hf_models
+
+
+def _active_as_published(spec, counts):
+  """Active parameters under the convention the published figure uses."""
+  embed = spec.vocab * spec.token_embed_dim
+  untied_input = 0 if spec.tied_embeddings else embed
+  return spec.active_params - {"both": 0, "head": embed, "neither": embed + untied_input}[counts]
+
+
+@pytest.mark.parametrize("model_id", models.hf_ids())
+def test_entry_loads_and_matches_published_counts(model_id):
+  spec = models.from_hf_id(model_id)
+  p = hf_models.published(model_id)
+  assert spec.name == model_id
+  # 1% unless the entry documents a coarser published figure; never looser than 3%.
+  assert p.rtol <= 0.03
+  assert spec.total_params == pytest.approx(p.total, rel=p.rtol)
+  if p.active is not None:
+    assert _active_as_published(spec, p.active_counts) == pytest.approx(p.active, rel=p.rtol)
+
+
+def test_only_documented_entries_need_more_than_one_percent():
+  looser = {i for i in models.hf_ids()
+            if "config" in hf_models.table()[i] and hf_models.published(i).rtol > 0.01}
+  assert looser == {"zai-org/GLM-4.5-Air", "moonshotai/Kimi-K2-Instruct"}
+  for i in looser:
+    assert "rounded" in hf_models.table()[i]["params_source"]
+
+
+def test_every_entry_names_its_source():
+  for model_id, entry in hf_models.table().items():
+    assert entry["source"].strip(), model_id
+
+
+def test_gpt_oss_20b_hand_derived_count():
+  spec = models.from_hf_id("openai/gpt-oss-20b")
+  h, layers, vocab = 2880, 24, 201088
+  attention = 2 * h * 64 * 64 + 2 * h * 8 * 64 + (64 + 2 * 8) * 64  # q, o; k, v; q/k/v biases
+  experts = 32 * 3 * h * 2880 + h * 32                                # 32 SwiGLU experts, router
+  total = layers * (attention + experts + 2 * h) + 2 * vocab * h + h
+  assert spec.total_params == total
+  assert spec.n_layers_of("sliding_attention") == 12 and spec.sliding_window == 128
+
+
+@pytest.mark.parametrize("model_id, base", [
+    ("OpenRLHF/Llama-3-8b-sft-mixture", "meta-llama/Meta-Llama-3-8B"),
+    ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "Qwen/Qwen2.5-Math-7B"),
+    ("someone/DeepSeek-R1-Distill-Qwen-7B-GRPO-step200", "Qwen/Qwen2.5-Math-7B"),
+    ("deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", "Qwen/Qwen2.5-14B"),
+    ("deepseek-ai/DeepSeek-R1-Distill-Llama-70B", "meta-llama/Llama-3.3-70B-Instruct"),
+    ("/checkpoints/run3/Qwen2.5-7B-Instruct/", "Qwen/Qwen2.5-7B"),
+    ("meta-llama/Meta-Llama-3-8B-Instruct", "meta-llama/Llama-3.1-8B"),
+    ("mistralai/Mistral-7B-Instruct-v0.3", "mistralai/Mistral-7B-v0.3"),
+    ("Qwen/Qwen3-4B-Instruct-2507", "Qwen/Qwen3-4B"),
+    ("google/gemma-2-9b-it", "google/gemma-2-9b"),
+    ("zai-org/GLM-4.5-Air-FP8", "zai-org/GLM-4.5-Air"),
+    ("QWEN/QWEN2.5-14B", "Qwen/Qwen2.5-14B"),
+])
+def test_fine_tune_and_release_names_map_to_their_base(model_id, base):
+  spec = models.from_hf_id(model_id)
+  assert spec.name == model_id.rstrip("/")
+  assert spec.replace(name="") == models.from_hf_id(base).replace(name="")
+
+
+def test_distill_with_its_own_head_is_not_its_base():
+  distill = models.from_hf_id("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")
+  base = models.from_hf_id("Qwen/Qwen2.5-Math-1.5B")
+  assert not distill.tied_embeddings and base.tied_embeddings
+  assert distill.total_params - base.total_params == 151936 * 1536
+
+
+@pytest.mark.parametrize("model_id, match", [
+    ("acme/SuperModel-13B", r"'acme/SuperModel-13B'.*no entry of the table"),
+    ("x/llama-3-8b-qwen2.5-7b-merge", r"different architectures.*Qwen2.5-7B"),
+    ("meta-llama/Llama-3-80B", r"'meta-llama/Llama-3-80B'.*no entry"),  # no 8B inside 80B
+    ("", r"non-empty"),
+])
+def test_unknown_or_ambiguous_id_refused_by_name(model_id, match):
+  with pytest.raises(ValueError, match=match):
+    models.from_hf_id(model_id)
+
+
+def test_table_entries_are_read_strictly(monkeypatch):
+  good = hf_models.table()["Qwen/Qwen2.5-14B"]["config"]
+  with pytest.raises(ValueError, match=r"unknown key\(s\) \['rope_thetta'\]"):
+    hf_config.from_hf_config(dict(good, rope_thetta=1e6), strict=True)
+  missing = {k: v for k, v in good.items() if k != "tie_word_embeddings"}
+  with pytest.raises(ValueError, match="missing required key 'tie_word_embeddings'"):
+    hf_config.from_hf_config(missing, strict=True)
+  # The same config outside strict mode takes transformers' default.
+  assert not hf_config.from_hf_config(missing).tied_embeddings
+
+
+@pytest.mark.parametrize("entry, match", [
+    ({"preset": "qwen3-8b"}, "source"),
+    ({"preset": "qwen9-8b", "source": "s"}, "is not a preset"),
+    ({"same_as": "nope/none", "source": "s"}, "must name an entry"),
+    ({"config": {"model_type": "llama"}, "source": "s"}, "needs params"),
+    ({"preset": "qwen3-8b", "same_as": "Qwen/Qwen3-8B", "source": "s"}, "exactly one"),
+    ({"preset": "qwen3-8b", "source": "s", "licence": "x"}, r"unknown key\(s\) \['licence'\]"),
+])
+def test_bad_table_entries_refused(monkeypatch, entry, match):
+  text = yaml.safe_dump({"Qwen/Qwen3-8B": {"preset": "qwen3-8b", "source": "s"},
+                         "acme/Model": entry})
+  monkeypatch.setattr(hf_models, "_table_text", lambda: text)
+  hf_models.table.cache_clear()
+  try:
+    with pytest.raises(ValueError, match=match):
+      hf_models.table()
+  finally:
+    hf_models.table.cache_clear()
