@@ -29,6 +29,7 @@ import yaml
 
 import costmodel as cm
 from export._src import importing
+from export._src import shell
 from export._src.importing import choice
 from export._src.importing import flag
 from export._src.importing import number
@@ -68,40 +69,26 @@ def parse_overrides(words: list[str]) -> dict[str, Any]:
   return out
 
 
-_VAR = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}|\$(\w+)")
+def _is_entry(word: str) -> bool:
+  """A veRL trainer module (``verl.trainer.main_ppo``, the recipes' ``*_main``)."""
+  return bool(re.fullmatch(r"(verl|recipe)\.[\w.]*main\w*", word))
 
 
-def _expand(text: str, env: dict[str, str]) -> str:
-  def sub(m):
-    name = m.group(1) or m.group(3)
-    if name in env:
-      return env[name]
-    if m.group(2) is not None:
-      return _expand(m.group(2), env)
-    raise ValueError(f"{FW}: ${name} in {text!r} is not assigned in the script; give its value")
-  return _VAR.sub(sub, text)
-
-
-def parse_script(text: str) -> dict[str, Any]:
-  """The overrides of the ``python3 -m verl...`` command of a shell script.
-
-  Simple assignments (``NAME=value``, ``NAME=${NAME:-default}``) before the
-  command are expanded in its words; the command may span lines joined by
-  ``\\``.
-  """
-  joined = re.sub(r"\\\n", " ", text)
-  env: dict[str, str] = {}
-  for line in joined.splitlines():
-    s = line.strip()
-    m = re.fullmatch(r"(?:export\s+)?(\w+)=(\S*)", s)
+def parse_script(path: str) -> dict[str, Any]:
+  """The overrides of the ``python3 -m verl...`` command a launch script runs, with its
+  Hydra options (``--config-name``) under ``hydra.config_name``."""
+  entry, words, _ = shell.command(path, _is_entry, "'python3 -m verl...'")
+  out = parse_overrides(words)
+  out["hydra.module"] = entry
+  for w in words:
+    m = re.fullmatch(r"--config-name(?:=|\s*)(.*)", w)
     if m:
-      env[m.group(1)] = _expand(shlex.split(m.group(2))[0] if m.group(2) else "", env)
-      continue
-    if re.search(r"-m\s+verl\.", s):
-      words = shlex.split(s, comments=True)
-      start = next(i for i, w in enumerate(words) if w.startswith("verl."))
-      return parse_overrides([_expand(w, env) for w in words[start + 1:]])
-  raise ValueError(f"{FW}: the script has no 'python3 -m verl...' command")
+      out["hydra.config_name"] = m.group(1).strip("'\"").removesuffix(".yaml")
+  if "--config-name" in words:
+    k = words.index("--config-name")
+    if k + 1 < len(words):
+      out["hydra.config_name"] = words[k + 1].removesuffix(".yaml")
+  return out
 
 
 def read_source(source: Any) -> dict[str, Any]:
@@ -114,7 +101,7 @@ def read_source(source: Any) -> dict[str, Any]:
     return {k.lstrip("+~"): v for k, v in importing.read_yaml(source, FW).items()}
   path, text = importing.read_text(source, FW)
   if path.endswith(".sh") or re.search(r"-m\s+verl\.", text):
-    return parse_script(text)
+    return parse_script(path)
   return parse_overrides(shlex.split(text, comments=True))
 
 
@@ -194,7 +181,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
     ValueError: naming the key and its value where the overrides are not a
       run the cost model can read, or the keyword of a fact they lack.
   """
-  o = read_source(source)
+  o = importing.Tracked(read_source(source))
   g = importing.given(FW, missing)
   a, r = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
   algorithm = choice(o, "algorithm.adv_estimator", FW, _ALGORITHM, "gae")
@@ -214,11 +201,15 @@ def read(source: Any, **missing: Any) -> importing.Imported:
                      f"{a}.ppo_mini_batch_size={mini}")
   use_ref = flag(o, f"{a}.use_kl_loss", FW) or flag(o, "algorithm.use_kl_in_reward", FW)
   reward = flag(o, "reward.reward_model.enable", FW)
+  rank = number(o, "actor_rollout_ref.model.lora_rank", FW, 0, minimum=0)
+  lora = cm.LoRA(rank=float(rank), shared_reference=True) if rank else None
   job = importing.build_job(FW, g, algorithm, actor_model, prompts, n, prompt_len, max_response,
-                            prompts // mini, number(o, f"{a}.ppo_epochs", FW, 1), use_ref, reward)
+                            prompts // mini, number(o, f"{a}.ppo_epochs", FW, 1), use_ref, reward,
+                            lora)
   seq = prompt_len + float(g.response_mean)
 
-  strategy = choice(o, f"{a}.strategy", FW, {s: s for s in ("fsdp", "fsdp2", "megatron")}, "fsdp")
+  strategy = choice(o, f"{a}.strategy", FW, {s: s for s in ("fsdp", "fsdp2", "megatron")},
+                    _default_strategy(o))
   megatron = strategy == "megatron"
 
   def layout(pre, fsdp, model, train, base, moe=actor_model.is_moe):
@@ -304,7 +295,27 @@ def read(source: Any, **missing: Any) -> importing.Imported:
                  rollout_pool=rollout_pool, mode=mode)
   cluster = importing.build_cluster(g, groups)
   cm.validate_plan(plan, job, cluster)
-  return importing.Imported(job, plan, cluster)
+  return importing.imported(job, plan, cluster, o, _RELEVANT)
+
+
+# Keys a cost could depend on: set but read by no rule above, they are listed as not modelled.
+_RELEVANT = (r"offload|parallel_size|micro_batch|max_token_len|dynamic_bsz|lora|"
+             r"gpu_memory_utilization|max_num_(seqs|batched)|enforce_eager|cudagraph|n_gpus|nnodes|"
+             r"staleness|recompute|checkpointing|fsdp_size|strategy|model_engine|"
+             r"free_cache_engine|chunked_prefill|multi_turn|\.mode$|\.name$")
+_ENGINES = {None: "fsdp", "dp": "fsdp", "fsdp": "fsdp", "megatron": "megatron"}
+
+
+def _default_strategy(o: dict) -> str:
+  """The actor's backend when ``actor.strategy`` is not set: the Hydra ``model_engine`` group
+  (``model_engine=megatron``) or the config named by ``--config-name``."""
+  engine = o.get("model_engine")
+  if engine is None and "megatron" in str(o.get("hydra.config_name", "")):
+    engine = "megatron"
+  if engine not in _ENGINES:
+    raise ValueError(f"{FW}: model_engine={engine!r}: the cost model has layouts for veRL's "
+                     "FSDP (dp) and Megatron engines only")
+  return _ENGINES[engine]
 
 
 def _mode(o: dict, mini_batches: int) -> tuple[cm.Mode, tuple[int, int] | None]:

@@ -25,12 +25,58 @@ import costmodel as cm
 from export._src import planfile
 
 
-class Imported(NamedTuple):
-  """A framework config read as the cost model's job, plan and cluster."""
-
+class _Run(NamedTuple):
   job: cm.RLJob
   plan: cm.Plan
   cluster: cm.Cluster
+
+
+class Imported(_Run):
+  """A framework config read as the cost model's job, plan and cluster.
+
+  ``not_modelled`` lists the settings the config states that were read but
+  that the cost model does not represent (``key=value``), so that nothing
+  the config says is dropped unseen.
+  """
+
+  not_modelled: tuple[str, ...] = ()
+
+
+def imported(job: cm.RLJob, plan: cm.Plan, cluster: cm.Cluster, settings: "Tracked",
+             relevant: str, notes: tuple[str, ...] = ()) -> Imported:
+  """The import, with the settings matching the regex ``relevant`` (those a cost could
+  depend on) that no rule read, and ``notes``, as its ``not_modelled``."""
+  out = Imported(job, plan, cluster)
+  unread = [f"{k}={settings.raw(k)!r}" for k in settings.unread()
+            if re.search(relevant, k)]
+  out.not_modelled = tuple(notes) + tuple(unread)
+  return out
+
+
+class Tracked(dict):
+  """Settings that remember which keys a rule looked at."""
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.seen: set = set()
+
+  def __getitem__(self, k):
+    self.seen.add(k)
+    return super().__getitem__(k)
+
+  def get(self, k, default=None):
+    self.seen.add(k)
+    return super().get(k, default)
+
+  def __contains__(self, k):
+    self.seen.add(k)
+    return super().__contains__(k)
+
+  def raw(self, k):
+    return super().get(k)
+
+  def unread(self) -> list[str]:
+    return [k for k in self.keys() if k not in self.seen]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,6 +223,9 @@ def number(settings: dict, key: str, framework: str, default: Any = None, kind: 
       raise ValueError(f"{framework}: {key} is not set and has no default the cost model can use")
     return default
   v = settings[key]
+  if isinstance(v, str) and "$" in v:
+    raise ValueError(f"{framework}: {key}={v!r} is set from a variable the script does not "
+                     "assign (an environment variable); set it in the script")
   try:
     if isinstance(v, bool):
       raise TypeError
@@ -213,7 +262,7 @@ def choice(settings: dict, key: str, framework: str, table: dict, default: Any =
 
 def build_job(framework: str, g: Given, algorithm: str, actor: cm.ModelSpec, prompts: int,
               n: int, prompt_len: int, max_response: int, mini_batches: int, ppo_epochs: int,
-              use_reference: bool, reward: bool) -> cm.RLJob:
+              use_reference: bool, reward: bool, lora: cm.LoRA | None = None) -> cm.RLJob:
   """The RL job, the response mean and the reward model taken from ``g``."""
   if g.response_mean is None:
     raise ValueError(f"{framework}: response_mean is not in any config (the mean response length "
@@ -236,7 +285,7 @@ def build_job(framework: str, g: Given, algorithm: str, actor: cm.ModelSpec, pro
                   prompt_len=float(prompt_len),
                   response=cm.ResponseLength.from_mean_max(mean, float(max_response)),
                   critic=critic, reward_model=rm, use_reference=use_reference,
-                  ppo_epochs=ppo_epochs, mini_batches=mini_batches,
+                  ppo_epochs=ppo_epochs, mini_batches=mini_batches, lora=lora,
                   oversample=float(g.oversample) if algorithm == "dapo" else 1.0)
 
 

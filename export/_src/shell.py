@@ -1,0 +1,849 @@
+"""A reader of launch scripts: runs the parts of a bash script that set a command's words.
+
+The frameworks' launch scripts build one command (``python3 -m verl...``,
+``python3 train.py``, ``deepspeed --module openrlhf...``) from variables with
+defaults (``${X:-8}``), arithmetic (``$((NODES * 8))``), arrays spread into the
+command (``"${ARGS[@]}"``), files ``source``d relative to the script (slime's
+``scripts/models/*.sh``), ``export`` and ``\\`` continuations. :func:`commands`
+evaluates those and returns every command the script runs, its words expanded.
+
+Why a small evaluator and not a parser library: ``bashlex`` (the one kept
+Python parser of bash) builds a syntax tree but rejects array assignments
+(``ARGS=( ... )``), the construct every slime and most veRL scripts are built
+on, and evaluates nothing; the expansion rules (defaults, arrays, arithmetic,
+word splitting, quoting) would have to be written on top of it anyway.
+``shlex`` splits words but not ``$(...)`` spans or arrays. What is evaluated
+here is the subset those scripts use; the rest is handled as follows:
+
+* A variable no line assigns (``$HOME``, ``$PWD``, ``$DATA_DIR`` from the
+  environment) stays in the words as written (``${HOME}``) and is listed in
+  :attr:`Script.unresolved`: paths and names need no value; a cost setting
+  that reads one is refused by the importer naming the variable.
+* ``$(...)`` runs ``cd``, ``pwd``, ``dirname``, ``basename``, ``realpath``,
+  ``echo`` and ``printf``; any other program's output (``nvidia-smi``,
+  ``date``) is unknown and handled like an unassigned variable.
+* ``if``/``elif`` test ``[ ]``, ``[[ ]]`` and ``test`` on known strings and
+  numbers; a test the reader cannot decide takes its first branch (the
+  script's default path) and is listed in :attr:`Script.notes`. ``for`` runs
+  its body once with the first item; ``while``/``until``/``case`` bodies are
+  skipped (listed in notes). Functions run when called. Positional
+  parameters (``$1``, ``"$@"``) are empty: the script runs without arguments.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import fnmatch
+import os
+import re
+
+_NAME = re.compile(r"[A-Za-z_]\w*")
+_ASSIGN = re.compile(r"([A-Za-z_]\w*)(\[[^\]]*\])?(\+?)=(.*)", re.S)
+_REDIRECT = re.compile(r"^(\d*|&)(>>?|<)(&\d*)?$|^(\d*|&)(>>?|<)(&\d*|.+)$")
+_OPS = ("&&", "||", ";;", ";", "|", "&", "\n")
+_SKIP = ("while", "until")
+_BUILTIN_ASSIGN = ("export", "declare", "local", "readonly", "typeset")
+
+
+class Unknown(str):
+  """A word part whose value the script does not give (kept as written)."""
+
+
+@dataclasses.dataclass
+class Script:
+  """What a run of the script showed: its commands' words, the variables at the end, the
+  variables it reads but never assigns, and the constructs it could not decide."""
+
+  commands: list[list[str]]
+  variables: dict
+  unresolved: set
+  notes: list[str]
+
+
+def _span(text: str, i: int, open_: str, close: str) -> int:
+  """Index just past the ``close`` matching the ``open_`` at ``text[i]`` (quotes respected)."""
+  depth, j = 0, i
+  while j < len(text):
+    c = text[j]
+    if c == "\\":
+      j += 2
+      continue
+    if c == "#" and open_ == "(" and text[j - 1] in " \t\n(":
+      j = text.find("\n", j)
+      j = len(text) - 1 if j < 0 else j
+    elif c == "'":
+      j = text.find("'", j + 1)
+      if j < 0:
+        raise ValueError(f"shell: unterminated ' in {text[i:i + 60]!r}")
+    elif c == '"':
+      j = _dquote_end(text, j)
+    elif c == "$" and text[j + 1:j + 2] in ("(", "{"):
+      j = _span(text, j + 1, text[j + 1], ")" if text[j + 1] == "(" else "}") - 1
+    elif c == "`":
+      j = text.find("`", j + 1)
+    elif c == open_:
+      depth += 1
+    elif c == close:
+      depth -= 1
+      if depth == 0:
+        return j + 1
+    j += 1
+  raise ValueError(f"shell: unterminated {open_!r} in {text[i:i + 60]!r}")
+
+
+def _dquote_end(text: str, i: int) -> int:
+  """Index of the ``"`` closing the one at ``text[i]``."""
+  j = i + 1
+  while j < len(text):
+    c = text[j]
+    if c == "\\":
+      j += 2
+      continue
+    if c == "$" and text[j + 1:j + 2] in ("(", "{"):
+      j = _span(text, j + 1, text[j + 1], ")" if text[j + 1] == "(" else "}")
+      continue
+    if c == "`":
+      j = text.find("`", j + 1) + 1
+      continue
+    if c == '"':
+      return j
+    j += 1
+  raise ValueError(f"shell: unterminated \" in {text[i:i + 60]!r}")
+
+
+def tokens(text: str) -> list[tuple[str, str]]:
+  """``("w", raw word)`` and ``("op", operator)`` tokens of ``text``; quotes, ``$(...)``,
+  ``${...}`` and array values ``=( ... )`` stay inside their word, as written."""
+  out: list[tuple[str, str]] = []
+  word: list[str] = []
+  i, n = 0, len(text)
+
+  def end():
+    if word:
+      out.append(("w", "".join(word)))
+      word.clear()
+
+  while i < n:
+    c = text[i]
+    if c == "\\" and text[i + 1:i + 2] == "\n":
+      i += 2
+      continue
+    if c == "\\":
+      word.append(text[i:i + 2])
+      i += 2
+    elif c == "'":
+      j = text.find("'", i + 1)
+      if j < 0:
+        raise ValueError(f"shell: unterminated ' in {text[i:i + 60]!r}")
+      word.append(text[i:j + 1])
+      i = j + 1
+    elif c == '"':
+      j = _dquote_end(text, i)
+      word.append(text[i:j + 1])
+      i = j + 1
+    elif c == "`":
+      j = text.find("`", i + 1)
+      word.append(text[i:j + 1])
+      i = j + 1
+    elif c == "$" and text[i + 1:i + 2] in ("(", "{"):
+      j = _span(text, i + 1, text[i + 1], ")" if text[i + 1] == "(" else "}")
+      word.append(text[i:j])
+      i = j
+    elif c == "(" and word and "".join(word).endswith("="):
+      j = _span(text, i, "(", ")")
+      word.append(text[i:j])
+      i = j
+    elif c == "#" and not word:
+      i = text.find("\n", i)
+      i = n if i < 0 else i
+    elif c in " \t\r":
+      end()
+      i += 1
+    elif c in "<>" :
+      word.append(c)
+      i += 1
+    elif c == "&" and (text[i + 1:i + 2] == ">" or (word and word[-1] in "<>")):
+      word.append(c)
+      i += 1
+    elif c in ";|&\n":
+      end()
+      op = next(o for o in _OPS if text.startswith(o, i))
+      out.append(("op", op))
+      i += len(op)
+    elif c == "(" and text[i:i + 2] == "()" and word:
+      word.append("()")
+      i += 2
+    elif c in "()" and not word:
+      if text[i:i + 2] == "((":  # (( arithmetic )) command
+        j = _span(text, i, "(", ")")
+        out.append(("w", text[i:j]))
+        i = j
+        continue
+      out.append(("op", c))
+      i += 1
+    else:
+      word.append(c)
+      i += 1
+  end()
+  return out
+
+
+def simple_commands(toks: list[tuple[str, str]]) -> list[tuple[list[str], str]]:
+  """Tokens grouped as ``(raw words, operator after)``; grouping parentheses dropped."""
+  out, cur = [], []
+  for kind, v in toks:
+    if kind == "w":
+      cur.append(v)
+    elif v in "()":
+      continue
+    else:
+      if cur or v not in ("\n", ";"):
+        out.append((cur, v))
+      cur = []
+  if cur:
+    out.append((cur, "\n"))
+  return out
+
+
+class Shell:
+  """The state of one script's run: variables, functions, working directory."""
+
+  def __init__(self, path: str, env: dict | None = None):
+    self.path = os.path.abspath(path)
+    self.vars: dict = dict(env or {})
+    self.funcs: dict = {}
+    self.cwd: str | None = None
+    self.commands: list[list[str]] = []
+    self.unresolved: set = set()
+    self.notes: list[str] = []
+    self.source_stack = [self.path]
+    self.out: list[str] | None = None  # stdout being captured by $(...)
+    self.out_unknown = False
+    self.exited = False
+
+  # ----- expansion -----------------------------------------------------------------------
+
+  def lookup(self, name: str):
+    if name in self.vars:
+      return self.vars[name]
+    if name == "BASH_SOURCE":
+      return list(reversed(self.source_stack))
+    if name == "0":
+      return self.path
+    if name in ("@", "*") or name.isdigit():
+      return []
+    if name == "#":
+      return "0"
+    return None
+
+  def param(self, body: str):
+    """The value of ``${body}``: a str, a list (arrays with ``[@]``) or :class:`Unknown`."""
+    if body.startswith("#") and len(body) > 1:
+      v = self.param(body[1:])
+      return Unknown(f"${{{body}}}") if isinstance(v, Unknown) else str(
+          len(v) if isinstance(v, list) else len(v))
+    m = re.match(r"([A-Za-z_]\w*|[@*#?$!0-9])(\[([^\]]*)\])?", body)
+    if not m:
+      raise ValueError(f"shell: ${{{body}}} is not a parameter expansion this reader knows")
+    name, index, rest = m.group(1), m.group(3), body[m.end():]
+    v = self.lookup(name)
+    if v is not None and index is not None:
+      if index in ("@", "*"):
+        v = v if isinstance(v, list) else [v]
+      else:
+        items = v if isinstance(v, list) else [v]
+        k = self.arith(index)
+        v = items[k] if isinstance(k, int) and -len(items) <= k < len(items) else ""
+    elif isinstance(v, list) and index is None and name not in ("@", "*"):
+      v = v[0] if v else ""
+    op = re.match(r":?[-=+?]|%%|%|##|#|//|/|,,|\^\^|:", rest)
+    if not op:
+      if rest:
+        raise ValueError(f"shell: ${{{body}}} is not a parameter expansion this reader knows")
+      if v is None:
+        self.unresolved.add(name)
+        return Unknown(f"${{{body}}}")
+      return v
+    o, arg = op.group(0), rest[op.end():]
+    empty = v is None or (o.startswith(":") and v in ("", []))
+    if o in (":-", "-", ":=", "="):
+      if not empty:
+        return v
+      d = self.expand_joined(arg)
+      if o.endswith("="):
+        self.vars[name] = d
+      return d
+    if o in (":+", "+"):
+      return "" if empty else self.expand_joined(arg)
+    if o in (":?", "?"):
+      return v if not empty else Unknown(f"${{{body}}}")
+    if v is None:
+      self.unresolved.add(name)
+      return Unknown(f"${{{body}}}")
+    s = " ".join(v) if isinstance(v, list) else v
+    if o in ("%", "%%", "#", "##"):
+      pat = self.expand_joined(arg)
+      cuts = range(len(s) + 1)
+      if o.startswith("%"):
+        cands = [k for k in cuts if fnmatch.fnmatchcase(s[k:], pat)]
+        k = (min(cands) if o == "%%" else max(cands)) if cands else len(s)
+        return s[:k]
+      cands = [k for k in cuts if fnmatch.fnmatchcase(s[:k], pat)]
+      k = (max(cands) if o == "##" else min(cands)) if cands else 0
+      return s[k:]
+    if o in ("/", "//"):
+      pat, _, rep = arg.partition("/")
+      return s.replace(self.expand_joined(pat), self.expand_joined(rep), -1 if o == "//" else 1)
+    if o == ",,":
+      return s.lower()
+    if o == "^^":
+      return s.upper()
+    off, _, ln = arg.partition(":")  # ${X:offset:length}
+    a = self.arith(off)
+    b = self.arith(ln) if ln else None
+    if not isinstance(a, int) or (ln and not isinstance(b, int)):
+      return Unknown(f"${{{body}}}")
+    return s[a:] if b is None else s[a:a + b]
+
+  def arith(self, expr: str):
+    """``$(( expr ))``: an int, or None when a name in it has no known integer value."""
+    text = self.expand_joined(expr.replace("$((", "(").replace("))", ")"), quoted=True)
+    if isinstance(text, Unknown) or "${" in text:
+      return None
+    env = {}
+    for name in set(_NAME.findall(text)):
+      v = self.lookup(name)
+      v = v[0] if isinstance(v, list) and v else v
+      try:
+        env[name] = int(str(v).strip()) if v not in (None, "") else 0
+      except ValueError:
+        return None
+    try:
+      tree = ast.parse(text.replace("&&", " and ").replace("||", " or ").strip(), mode="eval")
+    except SyntaxError:
+      return None
+    return _arith_eval(tree.body, env)
+
+  def expand_joined(self, raw: str, quoted: bool = False) -> str:
+    """``raw`` expanded as one string (an assignment's value, a default)."""
+    fields = self.expand(raw, split=False)
+    s = " ".join(fields)
+    return Unknown(s) if any(isinstance(f, Unknown) for f in fields) else s
+
+  def expand(self, raw: str, split: bool = True) -> list[str]:
+    """The words ``raw`` expands to: quotes removed, parameters, arithmetic and ``$(...)``
+    substituted, unquoted results split on blanks and ``"${A[@]}"`` one word per item."""
+    fields: list[list] = [[]]
+    has = [False]
+    unknown = [False]
+
+    def put(s, quoted):
+      if isinstance(s, Unknown):
+        unknown[0] = True
+      if isinstance(s, list):
+        for k, item in enumerate(s):
+          if k:
+            fields.append([])
+          put(item, quoted)
+        return
+      if quoted or not split:
+        fields[-1].append(s)
+        has[0] = True
+        return
+      parts = re.split(r"[ \t\n]+", s)
+      for k, p in enumerate(parts):
+        if k and fields[-1]:
+          fields.append([])
+        if p:
+          fields[-1].append(p)
+          has[0] = True
+
+    def dollar(text, i, quoted):
+      """Expands the ``$`` construct at ``text[i]``; returns the index after it."""
+      nxt = text[i + 1:i + 2]
+      if text.startswith("$((", i):
+        j = _span(text, i + 1, "(", ")")
+        v = self.arith(text[i + 3:j - 2])
+        put(str(v) if v is not None else Unknown(text[i:j]), True)
+        return j
+      if nxt == "(":
+        j = _span(text, i + 1, "(", ")")
+        put(self.substitute(text[i + 2:j - 1]), quoted)
+        return j
+      if nxt == "{":
+        j = _span(text, i + 1, "{", "}")
+        put(self.param(text[i + 2:j - 1]), quoted)
+        return j
+      m = re.match(r"[A-Za-z_]\w*|[@*#?$!0-9]", text[i + 1:])
+      if not m:
+        put("$", quoted)
+        return i + 1
+      put(self.param(m.group(0)), quoted)
+      return i + 1 + m.end()
+
+    i = 0
+    while i < len(raw):
+      c = raw[i]
+      if c == "'":
+        j = raw.index("'", i + 1)
+        put(raw[i + 1:j], True)
+        i = j + 1
+      elif c == '"':
+        j = _dquote_end(raw, i)
+        inner, k = raw[i + 1:j], 0
+        has[0] = True
+        buf = []
+        while k < len(inner):
+          if inner[k] == "\\" and inner[k + 1:k + 2] in ('"', "\\", "$", "`"):
+            buf.append(inner[k + 1])
+            k += 2
+          elif inner[k] == "$":
+            put("".join(buf), True)
+            buf = []
+            k = dollar(inner, k, True)
+          elif inner[k] == "`":
+            e = inner.index("`", k + 1)
+            put("".join(buf), True)
+            buf = []
+            put(self.substitute(inner[k + 1:e]), True)
+            k = e + 1
+          else:
+            buf.append(inner[k])
+            k += 1
+        put("".join(buf), True)
+        i = j + 1
+      elif c == "\\":
+        put(raw[i + 1:i + 2], True)
+        i += 2
+      elif c == "$":
+        i = dollar(raw, i, False)
+      elif c == "`":
+        j = raw.index("`", i + 1)
+        put(self.substitute(raw[i + 1:j]), False)
+        i = j + 1
+      else:
+        j = i
+        while j < len(raw) and raw[j] not in "'\"\\$`":
+          j += 1
+        put(raw[i:j], True)
+        i = j
+    if re.fullmatch(r'"\$(@|\{(@|\w+\[@\])\})"', raw) and len(fields) == 1 and not "".join(fields[0]):
+      return []  # "$@" and "${A[@]}" of nothing are no word
+    words = ["".join(f) for f in fields if f or has[0]]
+    if unknown[0]:
+      words = [Unknown(w) if "$" in w or w == "" else w for w in words]
+    return words
+
+  def substitute(self, inner: str):
+    """The output of ``$(inner)`` (its trailing newlines cut) or :class:`Unknown`."""
+    saved = (self.out, self.out_unknown, self.cwd)
+    self.out, self.out_unknown = [], False
+    try:
+      self.run(inner)
+      out = "\n".join(self.out).rstrip("\n")
+      return Unknown(f"$({inner})") if self.out_unknown else out
+    finally:
+      self.out, self.out_unknown = saved[0], saved[1]
+      self.cwd = saved[2]
+
+  # ----- running ---------------------------------------------------------------------------
+
+  def run(self, text: str):
+    cmds = simple_commands(tokens(text))
+    self.block(cmds, 0, len(cmds))
+
+  def block(self, cmds, i, stop):
+    while i < stop and not self.exited:
+      words, op = cmds[i]
+      if not words:
+        i += 1
+        continue
+      head = words[0]
+      if head in ("then", "do", "else", "{", "}", "!") and len(words) > 1:
+        cmds = cmds[:i] + [(words[1:], op)] + cmds[i + 1:]
+        stop += 0
+        continue
+      if head in ("then", "do", "else", "{", "}", "fi", "done", "esac") and len(words) == 1:
+        i += 1
+        continue
+      if head == "if":
+        i = self.run_if(cmds, i, stop)
+        continue
+      if head == "for":
+        i = self.run_for(cmds, i, stop)
+        continue
+      if head in _SKIP:
+        end = self.match(cmds, i, stop, head)
+        self.notes.append(f"a '{head}' block is not run")
+        i = end + 1
+        continue
+      if head == "case":
+        i = self.run_case(cmds, i, stop)
+        continue
+      if head == "function" or (head.endswith("()") and _NAME.fullmatch(head[:-2])):
+        i = self.define(cmds, i, stop)
+        continue
+      result = self.simple(words)
+      # `a && b`: b runs only when a succeeded; `a || b`: only when a failed
+      while op in ("&&", "||") and i + 1 < stop:
+        if (op == "&&") != (result is not False):
+          i += 1
+          op = cmds[i][1]
+          continue
+        break
+      i += 1
+
+  def match(self, cmds, i, stop, head) -> int:
+    """Index of the ``fi``/``done``/``esac`` closing the block opened at ``cmds[i]``."""
+    closers = {"if": "fi", "for": "done", "while": "done", "until": "done", "case": "esac"}
+    depth = 0
+    for k in range(i, stop):
+      w = cmds[k][0]
+      for x in (w[:1] + [y for y in w[1:] if y in ("fi", "done", "esac")]):
+        if x in closers:
+          depth += 1
+        elif x in ("fi", "done", "esac"):
+          depth -= 1
+          if depth == 0:
+            return k
+    raise ValueError(f"shell: '{head}' at command {' '.join(cmds[i][0])!r} has no closing word")
+
+  def run_if(self, cmds, i, stop) -> int:
+    end = self.match(cmds, i, stop, "if")
+    branches, k, depth = [], i, 0  # (condition commands or None, body start, body end)
+    cond_start, body_start, is_else = i, None, False
+    for j in range(i, end + 1):
+      w = cmds[j][0]
+      h = w[0] if w else ""
+      if j > i and h in ("if", "for", "while", "until", "case"):
+        depth += 1
+      if h in ("fi", "done", "esac") and j != end:
+        depth -= 1
+      if depth:
+        continue
+      if h in ("elif", "else") or j == end:
+        branches.append((None if is_else else (cond_start, body_start), body_start, j))
+        cond_start, is_else = j, h == "else"
+        body_start = j + (0 if h == "else" and len(w) > 1 else 1) if h == "else" else None
+      elif h == "then" and body_start is None:
+        body_start = j
+    for cond, b0, b1 in branches:
+      if b0 is None:
+        continue
+      if cond is None:
+        self.block(cmds, b0, b1)
+        break
+      c0, _ = cond
+      cw = [(list(cmds[c0][0][1:]), cmds[c0][1])] + list(cmds[c0 + 1:b0])
+      ok = self.condition(cw)
+      if ok is None:
+        self.notes.append(f"the test {' '.join(cw[0][0])!r} is undecided: its branch is taken")
+      if ok is not False:
+        self.block(cmds, b0, b1)
+        break
+    return end + 1
+
+  def define(self, cmds, i, stop) -> int:
+    """Stores the function defined at ``cmds[i]`` (``f() {``, ``function f {``)."""
+    words = cmds[i][0]
+    name = (words[1] if words[0] == "function" else words[0]).removesuffix("()")
+    body, depth, k = [], 0, i
+    rest = words[2:] if words[0] == "function" else words[1:]
+    while k < stop:
+      ws = rest if k == i else cmds[k][0]
+      depth += ws.count("{")
+      closing = ws.count("}")
+      kept = [w for w in ws if w not in ("{", "}")]
+      if kept:
+        body.append((kept, cmds[k][1]))
+      depth -= closing
+      if depth <= 0 and (closing or (k > i and "{" in ws)):
+        break
+      k += 1
+    self.funcs[name] = body
+    return k + 1
+
+  def run_case(self, cmds, i, stop) -> int:
+    """``case WORD in pat|pat) ... ;; esac``: the first clause whose pattern matches."""
+    end = self.match(cmds, i, stop, "case")
+    value = self.expand_joined(cmds[i][0][1])
+    k, depth, clauses, pats, body = i + 1, 0, [], [], None
+    while k < end:
+      ws, op = cmds[k]
+      if body is None:
+        pats.append(ws[0].lstrip("("))
+        if not ws[0].endswith(")"):
+          k += 1
+          continue
+        pats[-1] = pats[-1][:-1]
+        body = [(ws[1:], op)] if ws[1:] else []
+        if op == ";;":
+          clauses.append((pats, body))
+          pats, body = [], None
+        k += 1
+        continue
+      h = ws[0] if ws else ""
+      depth += h in ("if", "for", "while", "until", "case")
+      depth -= h in ("fi", "done", "esac")
+      body.append((ws, op))
+      if op == ";;" and depth == 0:
+        clauses.append((pats, body))
+        pats, body = [], None
+      k += 1
+    if body is not None:
+      clauses.append((pats, body))
+    for pats, body in clauses:
+      hit = None if isinstance(value, Unknown) else any(
+          fnmatch.fnmatchcase(value, self.expand_joined(p)) for p in pats)
+      if hit is None:
+        self.notes.append(f"'case {cmds[i][0][1]}' is undecided: its first clause is taken")
+      if hit is not False:
+        self.block(body, 0, len(body))
+        break
+    return end + 1
+
+  def run_for(self, cmds, i, stop) -> int:
+    end = self.match(cmds, i, stop, "for")
+    w = cmds[i][0]
+    items = [x for raw in w[3:] for x in self.expand(raw)] if len(w) > 3 and w[2] == "in" else []
+    body = next(k for k in range(i, end) if cmds[k][0][:1] == ["do"])
+    if items:
+      self.vars[w[1]] = items[0]
+      if len(items) > 1:
+        self.notes.append(f"'for {w[1]}' runs once, with {w[1]}={items[0]!r}")
+      self.block(cmds, body, end)
+    return end + 1
+
+  def condition(self, cw) -> bool | None:
+    """``a && b || c`` of tests, left to right; None when undecided."""
+    result, op = None, None
+    for k, (words, nxt) in enumerate(cw):
+      if not [w for w in words if w not in ("{", "}", "!")]:
+        continue
+      v = self.test(words)
+      result = v if op not in ("&&", "||") else (
+          (result and v) if op == "&&" and None not in (result, v) else
+          (result or v) if op == "||" and None not in (result, v) else
+          False if op == "&&" and False in (result, v) else
+          True if op == "||" and True in (result, v) else None)
+      op = nxt
+    return result
+
+  def test(self, words) -> bool | None:
+    neg = words[0] == "!"
+    words = words[1:] if neg else words
+    if words and words[0] in ("{", "}"):
+      words = [w for w in words if w not in ("{", "}")]
+    if not words:
+      return None
+    if words[0] in ("[", "[[", "test"):
+      args = [x for raw in words[1:] if raw not in ("]", "]]") for x in self.expand(raw, False)]
+      v = _test(args)
+    else:
+      v = None
+    return None if v is None else (v != neg)
+
+  def simple(self, raw_words) -> bool | None:
+    """Runs one simple command; returns whether it succeeded (None: unknown)."""
+    head = raw_words[0]
+    if head.startswith("((") and head.endswith("))"):
+      expr = head[2:-2]
+      m = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*(\+\+|--|[-+*/]?=)\s*(.*)", expr)
+      if m:
+        cur = self.arith(m.group(1)) or 0
+        rhs = 1 if m.group(2) in ("++", "--") else self.arith(m.group(3))
+        if rhs is not None:
+          op = m.group(2)[0]
+          self.vars[m.group(1)] = str(rhs if op == "=" else _arith_eval(
+              ast.parse(f"{cur}{'+' if op == '+' else '-' if op == '-' else op}{rhs}",
+                        mode="eval").body, {}))
+      return None
+    # leading NAME=value words
+    k = 0
+    while k < len(raw_words) and _ASSIGN.fullmatch(raw_words[k]):
+      self.assign(raw_words[k])
+      k += 1
+    if k == len(raw_words):
+      return True
+    words = []
+    skip = False
+    for raw in raw_words[k:]:
+      if skip:
+        skip = False
+        continue
+      r = _REDIRECT.match(raw)
+      if r:
+        skip = r.group(2) is not None and r.group(3) is None and r.group(6) is None
+        continue
+      words.extend(self.expand(raw))
+    if not words:
+      return True
+    cmd = words[0]
+    if cmd in _BUILTIN_ASSIGN:
+      for raw in raw_words[k + 1:]:
+        if _ASSIGN.fullmatch(raw):
+          self.assign(raw)
+      return True
+    if cmd == "unset":
+      for w in words[1:]:
+        self.vars.pop(w, None)
+      return True
+    if cmd in ("source", "."):
+      return self.source(words[1] if len(words) > 1 else "")
+    if cmd == "exit" and self.out is None:
+      self.exited = True
+      return True
+    if cmd in self.funcs:
+      body = self.funcs[cmd]
+      saved = {str(d): self.vars.get(str(d)) for d in range(1, 10)}
+      self.block(body, 0, len(body))
+      self.vars.update({d: v for d, v in saved.items() if v is not None})
+      return None
+    if cmd == "cd" and len(words) > 1:
+      target = words[-1]
+      self.cwd = None if isinstance(target, Unknown) else os.path.join(self.cwd or "", target)
+      return True
+    if self.out is not None:
+      if cmd == "pwd":
+        self.emit(self.cwd if self.cwd else Unknown("$(pwd)"))
+      elif cmd in ("echo", "printf"):
+        self.emit(" ".join(w for w in words[1:] if not w.startswith("-")))
+      elif cmd in ("dirname", "basename", "realpath", "readlink"):
+        arg = [w for w in words[1:] if not w.startswith("-")]
+        p = arg[0] if arg else Unknown("")
+        f = {"dirname": os.path.dirname, "basename": os.path.basename}.get(cmd, lambda x: x)
+        self.emit(p if isinstance(p, Unknown) else f(p))
+      elif cmd not in ("true", ":", "set"):
+        self.out_unknown = True
+      return None
+    self.commands.append(words)
+    return None if cmd not in ("true", ":", "set", "echo", "export") else True
+
+  def emit(self, s):
+    if isinstance(s, Unknown):
+      self.out_unknown = True
+    self.out.append(s)
+
+  def assign(self, raw: str):
+    m = _ASSIGN.fullmatch(raw)
+    name, index, plus, value = m.groups()
+    if value.startswith("(") and value.endswith(")"):
+      items = [x for kind, w in tokens(value[1:-1]) if kind == "w" for x in self.expand(w)]
+      old = self.vars.get(name, [])
+      old = old if isinstance(old, list) else [old]
+      self.vars[name] = old + items if plus else items
+      return
+    v = self.expand_joined(value)
+    if index:
+      items = self.vars.get(name, [])
+      items = list(items) if isinstance(items, list) else [items]
+      k = self.arith(index[1:-1])
+      if isinstance(k, int):
+        items.extend([""] * (k + 1 - len(items)))
+        items[k] = v
+      self.vars[name] = items
+      return
+    old = self.vars.get(name, "")
+    old = old[0] if isinstance(old, list) and old else old
+    self.vars[name] = (old + v) if plus and isinstance(old, str) else v
+    if isinstance(v, Unknown) or (plus and isinstance(old, Unknown)):
+      self.vars[name] = Unknown(self.vars[name])
+
+  def source(self, target) -> bool | None:
+    if isinstance(target, Unknown) or not target:
+      self.notes.append(f"'source {target}' names a file the script does not locate")
+      return None
+    here = os.path.dirname(self.source_stack[-1])
+    path = target if os.path.isabs(target) else os.path.normpath(os.path.join(here, target))
+    while not os.path.isfile(path) and not os.path.isabs(target) and here != os.path.dirname(here):
+      here = os.path.dirname(here)  # scripts run from their repository's root
+      path = os.path.normpath(os.path.join(here, target))
+    if not os.path.isfile(path):
+      self.notes.append(f"'source {target}': no such file next to the script")
+      return False
+    with open(path, encoding="utf-8") as f:
+      text = f.read()
+    self.source_stack.append(path)
+    try:
+      self.run(text)
+    finally:
+      self.source_stack.pop()
+    return True
+
+
+def _test(args) -> bool | None:
+  if any(isinstance(a, Unknown) for a in args):
+    return None
+  if args[:1] == ["!"]:
+    v = _test(args[1:])
+    return None if v is None else not v
+  if len(args) == 1:
+    return args[0] != ""
+  if len(args) == 2 and args[0] in ("-z", "-n"):
+    return (args[1] == "") == (args[0] == "-z")
+  if len(args) == 3:
+    a, op, b = args
+    if op in ("=", "=="):
+      return fnmatch.fnmatchcase(a, b)
+    if op == "!=":
+      return not fnmatch.fnmatchcase(a, b)
+    ops = {"-eq": int.__eq__, "-ne": int.__ne__, "-lt": int.__lt__, "-le": int.__le__,
+           "-gt": int.__gt__, "-ge": int.__ge__}
+    if op in ops:
+      try:
+        return ops[op](int(a), int(b))
+      except ValueError:
+        return None
+  return None
+
+
+def _arith_eval(node, env):
+  """An integer expression of ``$(( ))``: + - * / % ** and comparisons; None if unknown."""
+  if isinstance(node, ast.Constant) and isinstance(node.value, int):
+    return node.value
+  if isinstance(node, ast.Name):
+    return env.get(node.id, 0)
+  if isinstance(node, ast.UnaryOp):
+    v = _arith_eval(node.operand, env)
+    return None if v is None else -v if isinstance(node.op, ast.USub) else (
+        int(not v) if isinstance(node.op, ast.Not) else v)
+  if isinstance(node, ast.BinOp):
+    a, b = _arith_eval(node.left, env), _arith_eval(node.right, env)
+    if a is None or b is None:
+      return None
+    ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
+           ast.Div: lambda: int(a / b) if b else None, ast.Mod: lambda: a % b if b else None,
+           ast.Pow: lambda: a ** b, ast.FloorDiv: lambda: a // b if b else None}
+    f = ops.get(type(node.op))
+    return f() if f else None
+  if isinstance(node, ast.Compare) and len(node.ops) == 1:
+    a, b = _arith_eval(node.left, env), _arith_eval(node.comparators[0], env)
+    if a is None or b is None:
+      return None
+    ops = {ast.Lt: a < b, ast.LtE: a <= b, ast.Gt: a > b, ast.GtE: a >= b, ast.Eq: a == b,
+           ast.NotEq: a != b}
+    return int(ops[type(node.ops[0])]) if type(node.ops[0]) in ops else None
+  if isinstance(node, ast.IfExp):
+    c = _arith_eval(node.test, env)
+    return None if c is None else _arith_eval(node.body if c else node.orelse, env)
+  return None
+
+
+def read_script(path: str, env: dict | None = None) -> Script:
+  """Runs the launch script at ``path`` as described in the module docstring."""
+  sh = Shell(path, env)
+  with open(path, encoding="utf-8") as f:
+    sh.run(f.read())
+  return Script(sh.commands, sh.vars, sh.unresolved, sh.notes)
+
+
+def command(path: str, is_marker, what: str) -> tuple[str, list[str], Script]:
+  """The first word ``is_marker`` accepts in the commands of the script at ``path``, the
+  words after it, and the run; ValueError naming ``what`` if no command holds one."""
+  script = read_script(path)
+  for words in script.commands:
+    for k, w in enumerate(words):
+      if is_marker(w):
+        return w, words[k + 1:], script
+  raise ValueError(f"{os.path.basename(path)}: the script runs no {what} command")

@@ -1,0 +1,224 @@
+"""The facts an example file states, read from its keys, and their check against an import.
+
+Used by ``tools/corpus_check.py``. A fact is what a file says outright: its GPU
+count, the training backend, the actor's parallel degrees, the engine's tensor
+parallelism, the LoRA rank, the token budget of a dynamic batch, the samples
+per step. Each is read here from the file's own keys (through the importers'
+source readers, which evaluate scripts and compose configs but interpret
+nothing) and compared with what the import made of it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import export
+from export._src import import_areal
+from export._src import import_nemo_rl
+from export._src import import_openrlhf
+from export._src import import_slime
+from export._src import import_verl
+
+
+def is_candidate(framework: str, rel: str) -> bool:
+  """Whether the file at ``rel`` (relative to the checkout) is an example to try."""
+  if framework == "verl":
+    return rel.startswith("examples/") and rel.endswith(".sh")
+  if framework == "openrlhf":
+    return rel.startswith("examples/scripts/") and rel.endswith(".sh")
+  if framework == "nemo_rl":
+    return (rel.startswith("examples/configs/") and rel.endswith(".yaml")
+            and "/evals/" not in rel)
+  if framework == "slime":
+    return re.fullmatch(r"scripts/(low_precision/)?run[-_].*\.sh", rel) is not None
+  if framework == "areal":
+    return rel.startswith("examples/") and rel.endswith(".yaml")
+  raise ValueError(f"framework={framework!r} is not one of {export.IMPORT_FRAMEWORKS}")
+
+
+# ----- what each file states --------------------------------------------------------------
+
+
+def _int(v):
+  try:
+    return int(float(v))
+  except (TypeError, ValueError):
+    return None
+
+
+def stated(framework: str, path: str) -> dict | None:
+  """``{fact: value}`` the file states, or None when it is no RL run (SFT, DPO, reward
+  model training, generation only)."""
+  return {"verl": _verl, "openrlhf": _openrlhf, "nemo_rl": _nemo_rl, "slime": _slime,
+          "areal": _areal}[framework](path)
+
+
+def _verl(path):
+  try:
+    o = import_verl.read_source(path)
+  except ValueError as e:
+    if "runs no" in str(e):
+      return None
+    raise
+  if not re.search(r"main_ppo|fully_async_main|_main$", str(o.get("hydra.module", ""))):
+    return None
+  f = {}
+  gpus = [_int(o.get("trainer.nnodes", 1)), _int(o.get("trainer.n_gpus_per_node", 8))]
+  if None not in gpus:
+    f["trainer GPUs"] = gpus[0] * gpus[1]
+  a = "actor_rollout_ref.actor"
+  engine = o.get("model_engine") or ("megatron" if "megatron" in str(
+      o.get("hydra.config_name", "")) else None)
+  strategy = o.get(f"{a}.strategy") or {"megatron": "megatron"}.get(engine, "fsdp")
+  f["backend"] = "megatron" if strategy == "megatron" else "fsdp"
+  if strategy == "megatron":
+    for k, name in (("tensor", "tp"), ("pipeline", "pp"), ("context", "cp"),
+                    ("expert", "ep")):
+      v = o.get(f"{a}.megatron.{k}_model_parallel_size")
+      if v is not None:
+        f[f"actor {name}"] = _int(v)
+  else:
+    v = o.get(f"{a}.ulysses_sequence_parallel_size",
+              o.get(f"{a}.fsdp_config.ulysses_sequence_parallel_size"))
+    if v is not None:
+      f["actor cp"] = _int(v)
+  v = o.get("actor_rollout_ref.rollout.tensor_model_parallel_size")
+  if v is not None:
+    f["engine tp"] = _int(v)
+  f["lora rank"] = _int(o.get("actor_rollout_ref.model.lora_rank", 0)) or 0
+  if str(o.get(f"{a}.use_dynamic_bsz")) == "True" and o.get(
+      f"{a}.ppo_micro_batch_size_per_gpu") is None:
+    f["actor token budget"] = _int(o.get(f"{a}.ppo_max_token_len_per_gpu", 16384))
+  return f
+
+
+def _openrlhf(path):
+  try:
+    o = import_openrlhf.read_source(path)
+  except ValueError as e:
+    if "runs no" in str(e):
+      return None
+    raise
+  f = {}
+  for k, name in (("actor.num_nodes", "nodes"), ("actor.num_gpus_per_node", "per node")):
+    if k in o:
+      f[f"actor {name}"] = _int(o[k])
+  if "vllm.tensor_parallel_size" in o:
+    f["engine tp"] = _int(o["vllm.tensor_parallel_size"])
+  if "ds.tensor_parallel_size" in o:
+    f["actor tp"] = _int(o["ds.tensor_parallel_size"])
+  f["lora rank"] = _int(o.get("lora.rank", 0)) or 0
+  return f
+
+
+def _nemo_rl(path):
+  c = import_nemo_rl.read_source(path)
+  if not any(k.startswith(("grpo.", "ppo.")) for k in c):
+    return None
+  f = {"trainer GPUs": _int(c.get("cluster.num_nodes", 1)) * _int(
+      c.get("cluster.gpus_per_node", 8))}
+  p = "policy"
+  mega = str(c.get(f"{p}.megatron_cfg.enabled")) == "True"
+  f["backend"] = "megatron" if mega else "fsdp"
+  if mega:
+    for k, name in (("tensor", "tp"), ("pipeline", "pp"), ("context", "cp"),
+                    ("expert", "ep")):
+      v = c.get(f"{p}.megatron_cfg.{k}_model_parallel_size")
+      if v is not None:
+        f[f"actor {name}"] = _int(v)
+  else:
+    v = c.get(f"{p}.dtensor_cfg.tensor_parallel_size")
+    if v is not None:
+      f["actor tp"] = _int(v)
+  v = c.get(f"{p}.generation.vllm_cfg.tensor_parallel_size")
+  if v is not None:
+    f["engine tp"] = _int(v)
+  lora = str(c.get(f"{p}.dtensor_cfg.lora_cfg.enabled", c.get(
+      f"{p}.megatron_cfg.lora_cfg.enabled"))) == "True"
+  f["lora rank"] = _int(c.get(f"{p}.dtensor_cfg.lora_cfg.dim", c.get(
+      f"{p}.megatron_cfg.lora_cfg.dim", 0))) if lora else 0
+  return f
+
+
+def _slime(path):
+  try:
+    script, o = import_slime.read_source(path)
+  except ValueError as e:
+    if "runs no" in str(e):
+      return None
+    raise
+  if o.get("sft") or "sft" in os.path.basename(path):
+    return None
+  f = {"backend": "megatron"}
+  for k, name in (("tensor", "tp"), ("pipeline", "pp"), ("context", "cp"), ("expert", "ep")):
+    v = o.get(f"{k}-model-parallel-size")
+    if v is not None:
+      f[f"actor {name}"] = _int(v)
+  nodes, per = _int(o.get("actor-num-nodes", 1)), _int(o.get("actor-num-gpus-per-node", 8))
+  if nodes and per:
+    f["trainer GPUs"] = nodes * per
+  if o.get("use-dynamic-batch-size") and o.get("max-tokens-per-gpu"):
+    f["actor token budget"] = _int(o["max-tokens-per-gpu"])
+  return f
+
+
+def _areal(path):
+  c = import_areal.read_source(path)
+  if not any(k.startswith("actor.") for k in c) or "rollout.backend" not in c and not any(
+      k.startswith("rollout.") for k in c):
+    return None
+  f = {}
+  if "allocation_mode" in c:
+    f["allocation"] = str(c["allocation_mode"])
+  if c.get("actor.mb_spec.max_tokens_per_mb") is not None:
+    f["actor token budget"] = _int(c["actor.mb_spec.max_tokens_per_mb"])
+  return f
+
+
+# ----- the check ------------------------------------------------------------------------------
+
+
+def _imported(fact: str, imp) -> object:
+  job, plan, cluster = imp
+  actor = next(r for r in plan.roles if r.role == "actor")
+  t = actor.train
+  if fact == "trainer GPUs":
+    pool = {p.name: p for p in plan.pools}[actor.pool]
+    return int(float(pool.gpus))
+  if fact == "backend":
+    return "megatron" if float(t.zero_stage) <= 1 and (
+        float(t.tp) > 1 or float(t.pp) > 1 or float(t.zero_stage) == 1) else "fsdp"
+  if fact.startswith("actor ") and fact[6:] in ("tp", "pp", "cp", "ep"):
+    return int(float(getattr(t, fact[6:])))
+  if fact == "engine tp":
+    return int(float(plan.engine.tp))
+  if fact == "lora rank":
+    return int(float(job.lora.rank)) if job.lora is not None else 0
+  if fact == "actor token budget":
+    seq = float(job.prompt_len) + float(job.response.mean)
+    return float(t.micro_batch) * seq
+  if fact in ("actor nodes", "actor per node", "allocation"):
+    return None
+  raise ValueError(f"fact={fact!r} has no reading of an import")
+
+
+def compare(facts: dict, imp) -> list[str]:
+  """The facts the import does not keep, one ``fact: stated X, imported Y`` each."""
+  lost = []
+  for fact, want in facts.items():
+    if want is None:
+      continue
+    got = _imported(fact, imp)
+    if got is None:
+      continue
+    if fact == "actor token budget":
+      ok = got <= want * 1.0001
+    elif fact == "backend" and want == "fsdp":
+      ok = got == "fsdp"
+    else:
+      ok = got == want
+    if not ok:
+      lost.append(f"{fact}: stated {want}, imported {got:g}" if isinstance(got, float) else
+                  f"{fact}: stated {want}, imported {got}")
+  return lost
