@@ -16,9 +16,9 @@ Prints (and writes with ``--out``) a markdown report:
 
 Usage, from the repository root (about 20-30 minutes on 2 CPU cores)::
 
-  python -m benchmarks.search_benchmark --out benchmarks/results/search_benchmark.md
+  python -m benchmarks.search_benchmark   # writes benchmarks/results/search_benchmark.md
   python -m benchmarks.search_benchmark --quick   # 4 problems, no headline jobs
-  python -m benchmarks.search_benchmark --large --out /tmp/large.md  # large spaces, proven floors
+  python -m benchmarks.search_benchmark --large  # large spaces, proven floors: search_large.md
 """
 
 from __future__ import annotations
@@ -35,10 +35,13 @@ from absl import flags
 import jax
 import numpy as np
 
+from benchmarks import provenance
 from benchmarks import search_large
 from search._src import optimize as optimize_lib
 
-_OUT = flags.DEFINE_string("out", None, "Write the markdown report here.")
+_OUT = flags.DEFINE_string("out", None, "Write the markdown report here (a full run writes "
+                           "benchmarks/results/search_benchmark.md, --large "
+                           "benchmarks/results/search_large.md, without it).")
 _QUICK = flags.DEFINE_bool("quick", False, "A few quality problems, no headline jobs.")
 _SKIP_HEADLINE = flags.DEFINE_bool("skip_headline", False, "Skip the headline jobs.")
 _THROUGHPUT = flags.DEFINE_bool("throughput", False, "Only the exact evaluations per second.")
@@ -351,9 +354,7 @@ def main(argv):
                             bounds=_LARGE_BOUNDS.value)
     text = search_large.report(data, time.strftime("%Y-%m-%d"))
     print(text)
-    if _OUT.value:
-      with open(_OUT.value, "w", encoding="utf-8") as f:
-        f.write(text)
+    _write(text, "search_large", "Large spaces: the gradient search against the baselines")
     return 0
   throughput = _throughput()
   for label, a, b, c, t in throughput:
@@ -369,10 +370,19 @@ def main(argv):
   quality = _quality(_QUICK.value)
   text = _report(throughput, headline, quality)
   print(text)
+  _write(text, None if (_QUICK.value or _SKIP_HEADLINE.value) else "search_benchmark",
+         "Layout search benchmark")
+  return 0
+
+
+def _write(text: str, name: str | None, title: str) -> None:
+  """The report with its provenance, to ``--out`` or else (a full run) to the current
+  results file ``benchmarks/results/<name>.md``."""
   if _OUT.value:
     with open(_OUT.value, "w", encoding="utf-8") as f:
-      f.write(text)
-  return 0
+      f.write(provenance.header(title) + text)
+  elif name:
+    print(f"wrote {provenance.write(name, title, text)}")
 
 
 if __name__ == "__main__":

@@ -26,8 +26,11 @@ import textwrap
 
 from absl import app
 from absl import flags
+from benchmarks import provenance
 from search._src import optimize as optimize_lib
 
+_RESULTS = flags.DEFINE_string("results", "search_devices", "Write the table to benchmarks/results/"
+                                "<this>.md with its date, machine and commit ('' to only print).")
 _DEVICES = flags.DEFINE_list("devices", ["1", "2", "4"], "Device counts to run.")
 _STARTS = flags.DEFINE_integer("starts", optimize_lib.DEFAULT_STARTS, "Search starts per family.")
 _STEPS = flags.DEFINE_integer("steps", 100, "Relaxed steps.")
@@ -85,8 +88,9 @@ def main(argv) -> None:
     print(f"--devices={','.join(_DEVICES.value)!r} must be positive integers", file=sys.stderr)
     sys.exit(2)
   rows = [run(d, _STARTS.value, _STEPS.value) for d in counts]
-  print(f"{rows[0]['cores']} CPU cores; starts {_STARTS.value}, steps {_STEPS.value}")
-  print(table(rows))
+  with provenance.recorded(_RESULTS.value, "Search time against devices"):
+    print(f"{rows[0]['cores']} CPU cores; starts {_STARTS.value}, steps {_STEPS.value}\n")
+    print(table(rows))
 
 
 if __name__ == "__main__":

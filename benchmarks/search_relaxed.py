@@ -21,6 +21,7 @@ from absl import flags
 import jax
 import numpy as np
 
+from benchmarks import provenance
 from benchmarks import search_benchmark
 from benchmarks import search_large
 
@@ -35,6 +36,8 @@ _MORE = {
     "llama-3.1-70b-512": ("llama-3.1-70b", 512, 1024, 8, 2000.0, 8192.0),
     "llama-3.1-405b-1024": ("llama-3.1-405b", 1024, 1024, 8, 2000.0, 8192.0),
 }
+_RESULTS = flags.DEFINE_string("results", "search_relaxed", "Write the table to benchmarks/results/"
+                                "<this>.md with its date, machine and commit ('' to only print).")
 _SEEDS = flags.DEFINE_integer("seeds", 4, "Seeds per job.")
 _ABLATION_JOBS = flags.DEFINE_list("ablation_jobs", list(_JOBS),
                                    "Jobs compared seed by seed (empty: none).")
@@ -110,10 +113,11 @@ def _enumerable() -> None:
 
 def main(argv) -> None:
   del argv
-  if _ABLATION_JOBS.value:
-    _jobs(_ABLATION_JOBS.value, _SEEDS.value)
-  if _ENUMERABLE.value:
-    _enumerable()
+  with provenance.recorded(_RESULTS.value, "The search with and without its relaxed phase"):
+    if _ABLATION_JOBS.value:
+      _jobs(_ABLATION_JOBS.value, _SEEDS.value)
+    if _ENUMERABLE.value:
+      _enumerable()
 
 
 if __name__ == "__main__":

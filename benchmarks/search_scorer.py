@@ -33,10 +33,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks import provenance
 from benchmarks import search_benchmark
 
 _JOBS = flags.DEFINE_list("jobs", ["grpo-7b-64", "ppo-70b-1024", "dsv3-16384"],
                           "Headline jobs (benchmarks.search_benchmark).")
+_RESULTS = flags.DEFINE_string("results", "search_scorer", "Write the table to benchmarks/results/"
+                                "<this>.md with its date, machine and commit ('' to only print).")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed calls per program (the best is kept).")
 
 
@@ -112,6 +115,12 @@ def main(argv) -> None:
     raise SystemExit("search_scorer: this system cannot pin a process to one core "
                      "(os.sched_setaffinity, Linux only), so it cannot time one core")
   os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+  with provenance.recorded(_RESULTS.value, "The search's exact programs on the headline jobs"):
+    _table()
+
+
+def _table() -> None:
+  """Prints the table of compile and call times, one row per job and program."""
   from search._src import compile_cache  # pylint: disable=g-import-not-at-top
   from search._src import evaluate  # pylint: disable=g-import-not-at-top
   from search._src import shared  # pylint: disable=g-import-not-at-top

@@ -25,12 +25,15 @@ from absl import flags
 import jax
 import numpy as np
 
+from benchmarks import provenance
 from benchmarks import search_benchmark
 
 _STEP_COUNTS = flags.DEFINE_list("step_counts", ["100", "200"], "Relaxed step counts to compare.")
 _STARTS_COUNTS = flags.DEFINE_list("starts_counts", ["64"],
                                    "Relaxed starts per family to compare.")
 _PROBLEMS = flags.DEFINE_integer("problems", 24, "Problems to run (the first N).")
+_RESULTS = flags.DEFINE_string("results", "search_steps", "Write the table to benchmarks/results/"
+                                "<this>.md with its date, machine and commit ('' to only print).")
 _JSONL = flags.DEFINE_string("jsonl", None, "Also write the rows as JSON lines here.")
 
 
@@ -72,7 +75,12 @@ def main(argv):
     with open(_JSONL.value, "w", encoding="utf-8") as f:
       f.writelines(json.dumps(r) + "\n" for r in rows)
   print()
-  print(table(rows, settings))
+  text = table(rows, settings)
+  print(text)
+  if _RESULTS.value:
+    title = "Gap to the exhaustive optimum against relaxed starts and steps"
+    path = provenance.write(_RESULTS.value, title, text + "\n")
+    print(f"wrote {path}")
 
 
 def table(rows: list[dict], settings: list[tuple[int, int]]) -> str:

@@ -73,7 +73,7 @@ def _check_int(name: str, value, low: int) -> None:
 
 # Relaxed starts per family. On the 24 enumerable problems of
 # ``benchmarks.search_steps`` 16 starts find the exhaustive optimum as 32 and 64
-# do (gap 0.00% on all 24, benchmarks/results/search_starts.md), and a quarter
+# do (gap 0.00% on all 24, benchmarks/results/search_steps.md), and a quarter
 # of 64 starts cuts the default job's warm search by more than half and its cold
 # one by about a third.
 DEFAULT_STARTS = 16

@@ -58,7 +58,7 @@ def published_table(name: str) -> list[dict[str, str]]:
       ValueError: if `name` is not a known table, or the packaged file is
         malformed (missing or unexpected column, ragged or duplicate row).
 
-    Example:
+    Examples:
       >>> rows = published_table("rl")
       >>> rows[0]["metric"], rows[0]["unit"]
       ('mean step time', 's')

@@ -2,16 +2,16 @@
 
 For a group of ``n`` ranks moving a buffer of ``S`` bytes:
 
-=============== ===================================== ============================
-collective       bandwidth term (NCCL bus factor)       latency steps (ring)
-=============== ===================================== ============================
-all-reduce       2 (n-1)/n * S / B                      2 (n-1)
-all-gather       (n-1)/n * S / B   (S = gathered size)  n-1
-reduce-scatter   (n-1)/n * S / B   (S = input size)     n-1
-all-to-all       (n-1)/n * S / B   (S = per-rank send)  n-1
-broadcast        S / B                                  n-1
-point-to-point   S / B                                  1
-=============== ===================================== ============================
+    =============== ===================================== ============================
+    collective       bandwidth term (NCCL bus factor)       latency steps (ring)
+    =============== ===================================== ============================
+    all-reduce       2 (n-1)/n * S / B                      2 (n-1)
+    all-gather       (n-1)/n * S / B   (S = gathered size)  n-1
+    reduce-scatter   (n-1)/n * S / B   (S = input size)     n-1
+    all-to-all       (n-1)/n * S / B   (S = per-rank send)  n-1
+    broadcast        S / B                                  n-1
+    point-to-point   S / B                                  1
+    =============== ===================================== ============================
 
 ``B`` is the achieved link bandwidth (line rate times an efficiency). A group
 larger than the scale-up domain is hierarchical: with ``k`` ranks per domain

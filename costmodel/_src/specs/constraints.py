@@ -152,7 +152,10 @@ def layout_fields(model: ModelSpec, gpus, tp, pp, cp, ep, *, zero=0.0, micro_bat
   Args:
     model: The role's architecture.
     gpus: GPUs of the role's pool.
-    tp, pp, cp, ep: Degrees.
+    tp: Tensor-parallel degree.
+    pp: Pipeline-parallel degree.
+    cp: Context-parallel degree.
+    ep: Expert-parallel degree.
     zero: ZeRO stage.
     micro_batch: Sequences per micro-batch per GPU.
     samples: Samples per step (framework batch rules).

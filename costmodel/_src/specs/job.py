@@ -147,7 +147,7 @@ class RLJob:
     oversample: DAPO dynamic sampling: generated / kept samples (>= 1).
     reward_cpu_s_per_sample: CPU seconds per sample for a rule-based reward
       (decode and score; 1.3 ms fitted on veRL's step time outside its timed
-      stages, see the README's accuracy section). A single controller scores
+      stages, see benchmarks/results/fidelity.md). A single controller scores
       in one process (``Mode.single_controller``), otherwise the cluster's
       cores share it.
     param_bytes: Bytes per parameter for weights (2 for BF16).

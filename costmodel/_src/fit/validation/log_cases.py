@@ -28,7 +28,9 @@ def verl_log_cases(log: str | os.PathLike | Sequence[measurements.StageTimes], j
 
   Args:
     log: A veRL log path (JSON lines or CSV) or its parsed records.
-    job, plan, cluster: What ran.
+    job: The job that ran.
+    plan: The plan it ran with.
+    cluster: The cluster it ran on.
     skip: Warm-up steps left out of the medians.
 
   Raises:
