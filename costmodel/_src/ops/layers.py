@@ -28,6 +28,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from costmodel._src.specs import mixers
 from costmodel._src.specs.model import ModelSpec
 
 
@@ -132,8 +133,12 @@ def _gemms(model: ModelSpec, t_loc, tp, pp, etp, ep, lm_head: bool, touched=1.0)
   mlp_in = 2.0 if model.gated_mlp else 1.0
   n_l = model.n_layers / pp
   moe_l = model.n_moe_layers / pp
-  o_params = float(model.n_heads * model.value_head_dim * model.hidden)
-  attn_in = float(model.attention_params()) - o_params
+  # Token mixers by kind, as a mean layer: output projection and the rest.
+  n_lin = model.n_layers_of("linear_attention")
+  o_params = float(model.n_softmax_layers * model.n_heads * model.value_head_dim
+                   + n_lin * model.linear_v_width) * model.hidden / model.n_layers
+  attn_in = float(model.n_softmax_layers * model.attention_params()
+                  + n_lin * model.linear_attention_params()) / model.n_layers - o_params
   dense = []
   # Attention: QKV (or MLA's down/up projections) then the output projection.
   # Norms and the router ride with the QKV GEMM (their FLOPs are tiny).
@@ -290,7 +295,8 @@ def activation_bytes_per_layer(model: ModelSpec, seq, micro_batch, tp, cp, recom
   else:
     ffn = model.ffn_hidden
   mlp_scale = gate * ffn / (4.0 * model.hidden)
-  base = 15.0 + 19.0 * mlp_scale  # 11 attention + 4 norms, 19 MLP at ffn = 4h
+  # 11 attention (by kind: mixers.attention_activation_units) + 4 norms, 19 MLP at ffn = 4h.
+  base = mixers.attention_activation_units(model) + 4.0 + 19.0 * mlp_scale
   if sequence_parallel:
     none = sbh * (base + score) / tp
     selective = sbh * base / tp

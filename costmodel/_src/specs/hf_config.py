@@ -34,13 +34,14 @@ import pathlib
 from typing import Any
 
 from costmodel._src.specs import hf_families
+from costmodel._src.specs import hf_hybrid
 from costmodel._src.specs.hf_reader import REQUIRED
 from costmodel._src.specs.hf_reader import Reader
 from costmodel._src.specs.model import ModelSpec
 
 SUPPORTED_MODEL_TYPES = (
     "llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "deepseek_v2",
-    "deepseek_v3", "deepseek_v32", "kimi_k2", "opt", *hf_families.PARSERS,
+    "deepseek_v3", "deepseek_v32", "kimi_k2", "opt", *hf_families.PARSERS, *hf_hybrid.PARSERS,
 )
 
 def _llama_like(r: Reader, bias_key: bool) -> dict[str, Any]:
@@ -189,6 +190,7 @@ _PARSERS = {
     "kimi_k2": _deepseek,  # Kimi K2: the DeepSeek-V3 layout, model_type of its own
     "opt": _opt,
     **hf_families.PARSERS,
+    **hf_hybrid.PARSERS,
 }
 assert set(_PARSERS) == set(SUPPORTED_MODEL_TYPES)
 
@@ -220,7 +222,7 @@ def _load(config) -> tuple[Mapping[str, Any], str, str | None]:
 
 
 # Multimodal checkpoints whose language model sits under `text_config`.
-_TEXT_CONFIG_WRAPPERS = {"gemma3": "gemma3_text"}
+_TEXT_CONFIG_WRAPPERS = {"gemma3": "gemma3_text", **hf_hybrid.TEXT_CONFIG_WRAPPERS}
 
 
 def from_hf_config(config, name: str | None = None, strict: bool = False) -> ModelSpec:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from costmodel._src import pytree
+from costmodel._src.specs import mixers
 
 LAYER_TYPES = ("full_attention", "sliding_attention", "linear_attention")
 
@@ -348,14 +349,17 @@ class ModelSpec:
             + self._embed_projection_params())
 
   def attention_flops_per_token(self, context: float) -> float:
-    """Score and value FLOPs per token per forward pass, all layers.
+    """Attention-core FLOPs per token per forward pass, all layers, by kind.
 
-    ``2 * n_heads * (qk_dim + v_dim) * context`` per layer, where ``context``
-    is the number of keys attended (for a causal sequence of length s the mean
-    is s/2 with FlashAttention skipping masked blocks).
+    ``2 * n_heads * (qk_dim + v_dim) * context`` per full-attention layer,
+    where ``context`` is the number of keys attended (for a causal sequence of
+    length s the mean is s/2 with FlashAttention skipping masked blocks);
+    sliding-window, sparse and linear layers as in :mod:`mixers`.
     """
-    per_layer = 2 * self.n_heads * (self.qk_head_dim + self.value_head_dim)
-    return self.n_layers * per_layer * context
+    if not (self.layer_types or self.index_topk):
+      per_layer = 2 * self.n_heads * (self.qk_head_dim + self.value_head_dim)
+      return self.n_layers * per_layer * context
+    return mixers.attention_flops_per_token(self, context)
 
   def forward_flops_per_token(self, context: float) -> float:
     """Forward FLOPs per token: ``2 * matmul params + attention``."""
@@ -366,16 +370,19 @@ class ModelSpec:
     return 3.0 * self.forward_flops_per_token(context)
 
   def kv_bytes_per_token(self, bytes_per_element: float = 2.0) -> float:
-    """KV-cache bytes per token over all layers.
+    """KV-cache bytes each token adds, over the softmax-attention layers.
 
     GQA: ``2 * L * n_kv_heads * head_dim * bytes``; MLA caches the compressed
-    latent and the rotary key: ``L * (kv_lora_rank + qk_rope_head_dim) * bytes``.
+    latent and the rotary key: ``L * (kv_lora_rank + qk_rope_head_dim) * bytes``
+    (plus the sparse-attention indexer's key). Sliding-window layers count
+    while the sequence is shorter than the window; linear-attention layers
+    hold a fixed state instead (:func:`mixers.seq_cache_bytes` has both).
     """
-    if self.is_mla:
-      per = self.kv_lora_rank + self.qk_rope_head_dim
-    else:
-      per = 2 * self.n_kv_heads * self.head_dim
-    return float(self.n_layers * per * bytes_per_element)
+    return mixers.growing_kv_bytes_per_token(self, bytes_per_element)
+
+  def seq_cache_bytes(self, length, bytes_per_element: float = 2.0):
+    """Cache bytes of one sequence of ``length`` tokens: KV by kind plus recurrent state."""
+    return mixers.seq_cache_bytes(self, length, bytes_per_element)
 
   @classmethod
   def from_hf_config(cls, config) -> ModelSpec:

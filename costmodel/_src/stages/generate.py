@@ -47,6 +47,7 @@ from costmodel._src.ops import roofline
 from costmodel._src.ops import smooth
 from costmodel._src.ops.efficiency import Efficiency
 from costmodel._src.specs import layout as layout_lib
+from costmodel._src.specs import mixers
 from costmodel._src.specs import precision as precision_lib
 from costmodel._src.specs.cluster import Cluster
 from costmodel._src.specs.job import RLJob
@@ -54,6 +55,7 @@ from costmodel._src.specs.layout import Engine
 from costmodel._src.specs.model import ModelSpec
 from costmodel._src.stages import common
 from costmodel._src.stages import infer as infer_lib
+from costmodel._src.stages import kv_state
 
 # The engine's memory besides weights and KV cache, when its token budget is
 # not given (``Engine.max_batched_tokens`` None): activations, sampler buffers.
@@ -163,7 +165,7 @@ def decode_round(model, job, engine, cluster, eff, batch, ctx, tau=0.0):
   mb = batch / pp
   param_bytes, kv_b = engine_bytes(job, engine)
   w, ep = _engine_work(model, engine, mb, ctx, param_bytes, True, pp)
-  kv_read = mb * ctx * kv_bytes_per_token_per_gpu(model, engine, kv_b)
+  kv_read = mb * kv_state.kv_read_bytes_per_gpu(model, engine, kv_b, ctx)
   attn_s = roofline.compute_time(w.attention_flops, w.rows, hw, eff)
   rf = common.gemm_roofline(w, hw, eff, 1.0, tau, dtype=engine.precision.compute,
                             extra_compute_s=attn_s, extra_bytes=kv_read + w.activation_bytes)
@@ -277,7 +279,7 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
   kv_tokens = kv_budget / kv_tok
   second_moment = jnp.mean(knots**2)
   ctx_running = prompt + 0.5 * second_moment / mean_resp  # length-biased
-  c_kv = kv_tokens / (prompt + mean_resp)
+  c_kv = kv_budget / kv_state.seq_cache_bytes_per_gpu(model, engine, kv_b, prompt + mean_resp)
   conc = smooth.smin(smooth.smin(engine.max_seqs, n_r, tau), c_kv, tau)
   conc = jnp.maximum(conc, 1e-3)
 
@@ -322,14 +324,15 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
   fwd_flops = model.forward_flops_per_token(ctx_running)
   total_flops = n_seq * (mean_resp * fwd_flops + prompt * model.forward_flops_per_token(
       0.5 * prompt))
-  kv_stream = n_seq * mean_resp * ctx_running * model.kv_bytes_per_token(kv_b)
+  kv_stream = n_seq * mean_resp * mixers.kv_read_bytes(model, ctx_running, kv_b)
   work = smooth.smax(total_flops / (hw.peak_flops_per_s * hw.matmul_efficiency_max),
                      kv_stream / (hw.hbm_bandwidth_bytes_per_s * hw.hbm_efficiency_max), tau)
   one = decode_round(model, job, engine, cluster, eff, jnp.ones(()), prompt + 0.5 * max_resp, tau)
   depth = max_resp * (one[0] + one[1] + one[2] + step_overhead_s(model, engine, cluster, eff,
                                                                   jnp.ones(())))
 
-  min_kv = (prompt + cap_resp) * kv_tok  # one request may reach the cap
+  # One request may reach the cap.
+  min_kv = kv_state.seq_cache_bytes_per_gpu(model, engine, kv_b, prompt + cap_resp)
   memory = common.Memory.zeros()._replace(
       weights=weights, kv_cache=smooth.smax(kv_budget, min_kv, tau),
       workspace=workspace)

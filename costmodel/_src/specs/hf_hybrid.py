@@ -1,0 +1,95 @@
+"""``config.json`` readers of hybrid linear-attention models.
+
+- ``qwen3_next``: Qwen3-Next (Gated DeltaNet layers with a gated full-attention
+  layer every ``full_attention_interval``; every layer a 512-expert MoE with a
+  shared expert).
+- ``qwen3_5_text`` / ``qwen3_5_moe_text``: the language model of Qwen3.5,
+  dense and MoE, under the ``text_config`` of the released multimodal
+  checkpoints (``qwen3_5`` / ``qwen3_5_moe``).
+
+Key spellings follow ``transformers``' ``Qwen3NextConfig`` and vLLM's
+``Qwen3_5TextConfig`` (vllm-project/vllm@c04143bb,
+``vllm/transformers_utils/configs/qwen3_5.py``): layer ``i`` is full
+attention when ``(i + 1) % full_attention_interval == 0`` unless
+``layer_types`` lists the kinds. Left out of the spec (under 0.01% of the
+parameters): the per-head q/k norms and the shared expert's one-unit gate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from costmodel._src.specs import hf_families
+from costmodel._src.specs.hf_reader import Reader
+
+_KINDS = ("full_attention", "linear_attention")
+
+
+def _mixers(r: Reader, n_layers: int, output_gate_key: bool) -> dict[str, Any]:
+  if r.has("layer_types"):
+    types = r.choice_list("layer_types", n_layers, _KINDS)
+  else:
+    every = r.integer("full_attention_interval")
+    types = ["full_attention" if (i + 1) % every == 0 else "linear_attention"
+             for i in range(n_layers)]
+  # Qwen3-Next's attention always gates its output (no key); Qwen3.5 names it.
+  gate = r.flag("attn_output_gate", True) if output_gate_key else True
+  r.number("partial_rotary_factor", 0.25, high=1.0)  # rotary width: no parameters
+  return dict(
+      layer_types=tuple(types), attn_output_gate=gate,
+      linear_k_heads=r.integer("linear_num_key_heads"),
+      linear_v_heads=r.integer("linear_num_value_heads"),
+      linear_k_dim=r.integer("linear_key_head_dim"),
+      linear_v_dim=r.integer("linear_value_head_dim"),
+      linear_conv=r.integer("linear_conv_kernel_dim"),
+  )
+
+
+def _moe(r: Reader, n_layers: int) -> dict[str, Any]:
+  n_experts = r.integer("num_experts")
+  # Qwen3.5's MoE config drops these two keys (every layer sparse).
+  step = r.integer("decoder_sparse_step") if r.has("decoder_sparse_step") else 1
+  mlp_only = set(r.layer_list("mlp_only_layers", n_layers) if r.has("mlp_only_layers") else ())
+  n_sparse = sum(1 for i in range(n_layers) if i not in mlp_only and (i + 1) % step == 0)
+  n_dense = n_layers - n_sparse
+  return dict(
+      # Unused when every layer is sparse (Qwen3-Next names it, Qwen3.5 does not).
+      ffn_hidden=r.integer("intermediate_size") if n_dense or r.has("intermediate_size") else 0,
+      n_experts=n_experts,
+      top_k=r.integer("num_experts_per_tok"),
+      expert_ffn_hidden=r.integer("moe_intermediate_size"),
+      shared_ffn_hidden=r.integer("shared_expert_intermediate_size", 0, minimum=0),
+      first_dense_layers=n_dense,
+  )
+
+
+def _base(r: Reader) -> dict[str, Any]:
+  return dict(hf_families.attention(r), tied_embeddings=r.flag("tie_word_embeddings", False),
+              qkv_bias=r.flag("attention_bias", False))
+
+
+def qwen3_next(r: Reader) -> dict[str, Any]:
+  fields = _base(r)
+  n = fields["n_layers"]
+  return dict(fields, **_mixers(r, n, output_gate_key=False), **_moe(r, n))
+
+
+def qwen3_5_text(r: Reader) -> dict[str, Any]:
+  fields = _base(r)
+  n = fields["n_layers"]
+  return dict(fields, ffn_hidden=r.integer("intermediate_size"),
+              **_mixers(r, n, output_gate_key=True))
+
+
+def qwen3_5_moe_text(r: Reader) -> dict[str, Any]:
+  fields = _base(r)
+  n = fields["n_layers"]
+  return dict(fields, **_mixers(r, n, output_gate_key=True), **_moe(r, n))
+
+
+PARSERS = {
+    "qwen3_next": qwen3_next,
+    "qwen3_5_text": qwen3_5_text,
+    "qwen3_5_moe_text": qwen3_5_moe_text,
+}
+TEXT_CONFIG_WRAPPERS = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
