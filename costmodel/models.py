@@ -1,4 +1,7 @@
-"""Preset model architectures and their published parameter counts.
+"""Model architectures: presets with published parameter counts, and Hugging Face ids.
+
+``get`` takes a preset name or a Hugging Face id (the table of
+``costmodel/data/hf_models.yaml``, fine-tune names included).
 
 >>> from costmodel import models
 >>> models.get("Llama-3.1-8B").total_params
@@ -8,8 +11,8 @@
 """
 
 from costmodel._src.specs.hf_models import from_hf_id
+from costmodel._src.specs.hf_models import get
 from costmodel._src.specs.hf_models import ids as hf_ids
-from costmodel._src.specs.model_presets import get
 from costmodel._src.specs.model_presets import names
 from costmodel._src.specs.model_presets import published_params
 

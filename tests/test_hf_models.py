@@ -117,3 +117,12 @@ def test_bad_table_entries_refused(monkeypatch, entry, match):
       hf_models.table()
   finally:
     hf_models.table.cache_clear()
+
+
+def test_get_takes_a_preset_or_a_hugging_face_id():
+  assert models.get("qwen3-8b") is models.get("Qwen3-8B")  # the preset, cached
+  spec = models.get("Qwen/Qwen3.5-397B-A17B")
+  assert spec.name == "Qwen/Qwen3.5-397B-A17B" and spec.n_layers == 60
+  assert models.get("OpenRLHF/Llama-3-8b-sft-mixture").total_params == 8_030_261_248
+  with pytest.raises(ValueError, match=r"unknown model 'gpt-5': not a preset \(llama-3.1-8b"):
+    models.get("gpt-5")

@@ -42,7 +42,8 @@ def test_search_exports_one_result_type():
     assert not hasattr(search, old), old
 
 
-REQUIRED_HARDWARE = ("A100-80GB", "H100", "H800", "H20", "H200", "B200", "GB200", "MI300X")
+REQUIRED_HARDWARE = ("A100-80GB", "H100", "H800", "H20", "H200", "B200", "GB200", "GB300", "B300",
+                     "MI300X")
 
 # Dense BF16 peak (TFLOP/s) and HBM bandwidth (TB/s) from the project's hardware
 # reference (vendor datasheets via llm-analysis, Calculon, GenZ; section 1).
@@ -53,6 +54,9 @@ PUBLISHED = {
     "H200": (989.0, 4.8),
     "B200": (2250.0, 8.0),
     "GB200": (2500.0, 8.0),
+    # Blackwell Ultra: Verda's per-GPU table (costmodel/_src/specs/hardware.py).
+    "GB300": (2500.0, 8.0),
+    "B300": (2250.0, 7.7),
     "MI300X": (1307.4, 5.3),
     "H20": (148.0, 4.0),  # unverified figures, kept as given
 }
@@ -82,8 +86,8 @@ def test_hardware_preset_figures(name):
   # FP8 is at least BF16 (equal where there is no FP8); NVLink beats the NIC.
   assert hw.peak_fp8_flops_per_s >= hw.peak_flops_per_s
   assert hw.scaleup_bandwidth_bytes_per_s > hw.scaleout_bandwidth_bytes_per_s
-  # Capacities between 80 and 192 GB-class parts.
-  assert 79 * 2**30 <= hw.hbm_bytes <= 193 * 2**30
+  # Capacities between 80 and 288 GB-class parts (Blackwell Ultra: 288 GB installed).
+  assert 79 * 2**30 <= hw.hbm_bytes <= 288 * 2**30
 
 
 def test_hardware_capacities_and_links_as_published():

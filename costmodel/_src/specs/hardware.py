@@ -175,6 +175,33 @@ _PRESETS: dict[str, dict] = {
         scaleout_bandwidth_bytes_per_s=100 * GIGA, scaleout_latency_s=12e-6,
         host_bandwidth_bytes_per_s=450 * GIGA,
         matmul_efficiency_max=0.76, hbm_efficiency_max=0.88),
+    # Blackwell Ultra. Per-GPU dense figures from Verda's "NVIDIA GB300 NVL72:
+    # GPU Architecture & Performance" table (verda.com/blog/gb300-nvl72-
+    # architecture): GB300 2.5 PF BF16, 5 PF FP8, 15 PF FP4, 279 GB usable
+    # HBM3e (288 GB installed: 8 stacks of 12-high, glennklockwood.com B300
+    # page) at 8 TB/s; B300 (HGX) 2.25 PF BF16, 4.5 PF FP8, 14 PF FP4, 270 GB
+    # at 7.7 TB/s. NVLink 5: 900 GB/s per direction (1.8 TB/s total; 130 TB/s
+    # over a 72-GPU rack). One ConnectX-8 SuperNIC of 800 Gb/s = 100 GB/s per
+    # GPU (NVIDIA's GB300 NVL72 announcement, GTC 2025). Host link: GB300's
+    # NVLink-C2C as GB200's, 450 GB/s per direction [unverified]; B300's PCIe
+    # Gen6 x16, 128 GB/s per direction (line rate) [unverified: achieved rate].
+    # Latencies and efficiencies as B200 / GB200 [unverified].
+    "GB300": dict(
+        peak_flops_per_s=2500 * TERA, peak_fp8_flops_per_s=5000 * TERA,
+        peak_fp4_flops_per_s=15000 * TERA,
+        hbm_bytes=279 * GIB, hbm_bandwidth_bytes_per_s=8000 * GIGA,
+        scaleup_bandwidth_bytes_per_s=900 * GIGA, scaleup_latency_s=2.5e-6,
+        scaleout_bandwidth_bytes_per_s=100 * GIGA, scaleout_latency_s=12e-6,
+        host_bandwidth_bytes_per_s=450 * GIGA,
+        matmul_efficiency_max=0.76, hbm_efficiency_max=0.88),
+    "B300": dict(
+        peak_flops_per_s=2250 * TERA, peak_fp8_flops_per_s=4500 * TERA,
+        peak_fp4_flops_per_s=14000 * TERA,
+        hbm_bytes=270 * GIB, hbm_bandwidth_bytes_per_s=7700 * GIGA,
+        scaleup_bandwidth_bytes_per_s=900 * GIGA, scaleup_latency_s=2.5e-6,
+        scaleout_bandwidth_bytes_per_s=100 * GIGA, scaleout_latency_s=12e-6,
+        host_bandwidth_bytes_per_s=128 * GIGA,
+        matmul_efficiency_max=0.76, hbm_efficiency_max=0.88),
     # MI300X: 1,307.4 TF BF16 dense, 2,614.9 FP8 dense [unverified, AMD
     # datasheet via GenZ system_configs.py], 192 GB HBM3 at 5.3 TB/s; Infinity
     # Fabric 7 x 64 GB/s per direction = 448 GB/s per GPU (emergentmind); 400

@@ -217,3 +217,22 @@ def from_hf_id(model_id: str) -> ModelSpec:
   """
   base, _ = match(model_id)
   return _spec_of_entry(base).replace(name=model_id.strip().rstrip("/"))
+
+
+def get(name: str) -> ModelSpec:
+  """A preset by name (case-insensitive), else the architecture of a Hugging Face id.
+
+  ``get("qwen3-8b")`` is the preset; ``get("Qwen/Qwen3.5-397B-A17B")`` and
+  ``get("OpenRLHF/Llama-3-8b-sft-mixture")`` go through :func:`from_hf_id`.
+
+  Raises:
+    ValueError: when ``name`` is neither; the message lists the presets and
+      the Hugging Face rule that failed.
+  """
+  if isinstance(name, str) and name.lower() in model_presets.PRESETS:
+    return model_presets.get(name)
+  try:
+    return from_hf_id(name)
+  except ValueError as e:
+    raise ValueError(f"unknown model {name!r}: not a preset ({', '.join(model_presets.PRESETS)})"
+                     f" and not a known Hugging Face id: {e}") from None
