@@ -138,7 +138,7 @@ def _table() -> None:
     same = np.repeat(values[:1], chunk, 0)
     fams = ", ".join(fs.family for fs in space.spaces)
     for label, program, kinds in (("ranking", shared.ranking, 3),
-                                  ("ranking, row by row (before)", row_by_row, 1),
+                                  ("ranking, costed row by row", row_by_row, 1),
                                   ("whole estimates", shared.estimates, 1)):
       compile_s, call_s = _time(program, space, eff, values)
       cells = [f"{call_s * 1e3:.1f}", f"{chunk / call_s:,.0f}"]

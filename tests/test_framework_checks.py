@@ -1,6 +1,6 @@
-"""The framework checks catch what the exports used to get wrong.
+"""The framework checks catch the settings a framework rejects.
 
-Each case is a setting an earlier export wrote, or one a framework asserts
+Each case is a wrong setting an export could write, or one a framework asserts
 against, checked with the key lists of the pinned commits; the check must name
 it. Together with test_export_frameworks this shows the checks can fail.
 """
