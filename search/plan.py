@@ -110,6 +110,9 @@ def main(argv) -> int:
   except ValueError as e:
     print(e, file=sys.stderr)
     return 2
+  if not result.feasible and not result.best_by_family_s:  # every family was skipped
+    cli.fail(f"no plan on {cluster.nodes} x {cluster.gpus_per_node} "
+             f"{cluster.accelerator.name}: " + "; ".join(result.skipped.values()))
   rules = (search.rules_of_thumb(job, cluster, framework=_FRAMEWORK.value, **mode)
            if result.feasible else ())
   print(report.format_result(result, rules), flush=True)

@@ -210,22 +210,56 @@ def _family_space(job, cluster, family, space, framework: str = "any"
   """``family``'s space as :func:`search.optimize` builds it for ``framework``
   (:meth:`Framework.build`: its rules, node layout, ties and forced settings)."""
   fw = fw_lib.get(framework)
+  _check_family(job, family, framework)
+  fs = fw.build(family, job, cluster, space)
+  if fs is None:
+    raise ValueError(fw.why_empty(family, job, cluster, space))
+  return fs
+
+
+def _check_family(job: cm.RLJob, family: str, framework: str) -> None:
   if family not in space_lib.FAMILIES:
     raise ValueError(f"family={family!r} is not one of {space_lib.FAMILIES}")
   runs = fw_lib.families_for(job, framework, max_staleness=1, partial_rollout=True)
   if cm.placement(family).applies_to(job) and family not in runs:
     raise ValueError(f"family={family!r} is not a placement {framework=} runs for this job "
                      f"(it runs {runs})")
-  fs = fw.build(family, job, cluster, space)
-  if fs is None:
-    raise ValueError(f"family={family!r} cannot hold the job on {cluster.n_gpus} GPUs")
-  return fs
+
+
+def why_empty(job: cm.RLJob, cluster: cm.Cluster, family: str,
+              space: space_lib.SpaceOptions | None = None, framework: str = "any") -> str | None:
+  """Why ``family`` holds no valid plan of ``job`` on ``cluster`` in
+  ``framework``'s space (None when it holds one): its construction
+  (:meth:`Framework.why_empty`) or, failing that, no pool combination of its
+  valid space (built once per process, as the baselines keep it).
+
+  Raises:
+    ValueError: for an unknown family or framework, or a family the framework
+      does not run.
+  """
+  fw = fw_lib.get(framework)
+  _check_family(job, family, framework)
+  why = fw.why_empty(family, job, cluster, space)
+  if why is None and not len(_valid_space(job, cluster, family, space, framework)[2].pools):
+    why = f"{family}: no pool combination of {framework}'s space holds a valid layout"
+  return why
+
+
+def _empty(method: str, job, cluster, family, space, framework) -> SearchResult | None:
+  """A baseline's result on a family that holds no plan (None when it holds one)."""
+  why = why_empty(job, cluster, family, space, framework)
+  if why is None:
+    return None
+  return SearchResult(method=method, family=family, infeasible_reason=why,
+                      skipped={family: why}, framework=framework)
 
 
 def space_size(job: cm.RLJob, cluster: cm.Cluster, family: str,
                space: space_lib.SpaceOptions | None = None, framework: str = "any") -> int:
   """Number of valid discrete plans of ``family`` in ``framework``'s space (what
   enumeration scores)."""
+  if fw_lib.get(framework).why_empty(family, job, cluster, space) is not None:
+    return 0
   return _valid_space(job, cluster, family, space, framework)[2].size
 
 
@@ -258,6 +292,8 @@ def enumerate_plans(job: cm.RLJob, cluster: cm.Cluster, family: str,
   """
   if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
     raise ValueError(f"enumerate_plans: chunk_size={chunk_size!r} must be a positive integer")
+  if (empty := _empty("enumerate", job, cluster, family, space, framework)) is not None:
+    return empty
   run = _Run(job, cluster, family, space, efficiency, min(chunk_size, ENUMERATION_CHUNK), top_k,
              framework, scorer="enumerate")
   blocks, ev, top = run.blocks, run.ev, run.top
@@ -295,6 +331,8 @@ def random_search(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_s: flo
   tables raise the rate 2-5x on the five whose training stages they hold, and
   a little on Qwen3-235B's split family (generation only); DeepSeek-V3's split
   family has none (its blocks are too large)."""
+  if (empty := _empty("random", job, cluster, family, space, framework)) is not None:
+    return empty
   run = _Run(job, cluster, family, space, efficiency, batch, top_k, framework,
              tables=_tables(tables, budget_s))
   rng = np.random.default_rng(seed)
@@ -335,6 +373,8 @@ def simulated_annealing(job: cm.RLJob, cluster: cm.Cluster, family: str, budget_
   (looked up in the tables by their labels, :meth:`Blocks.labels_of`;
   ``tables`` as there).
   """
+  if (empty := _empty("annealing", job, cluster, family, space, framework)) is not None:
+    return empty
   run = _Run(job, cluster, family, space, efficiency, chains, top_k, framework,
              tables=_tables(tables, budget_s))
   fs, ev = run.fs, run.ev

@@ -62,6 +62,7 @@ class FamilyBound(NamedTuple):
       in memory count (on the others every layout counts).
     rows: Leaf rows scored (the check's included).
     wall_time_s: Wall time of the call.
+    empty: Why the family holds no valid plan (``bound_s`` is then inf), else None.
   """
 
   family: str
@@ -70,6 +71,7 @@ class FamilyBound(NamedTuple):
   fits_pools: tuple[str, ...]
   rows: int
   wall_time_s: float
+  empty: str | None = None
 
 
 def _check_mode(fs: space_lib.FamilySpace) -> None:
@@ -138,18 +140,19 @@ def lower_bound(job: cm.RLJob, cluster: cm.Cluster, family: str,
     chunk: Rows per compiled evaluation call.
 
   Raises:
-    ValueError: for an unknown family or one the framework does not run, a
-      family that cannot hold the job, one whose mode fuses inference, or one
+    ValueError: for an unknown family or one the framework does not run, one
+      whose mode fuses inference, or one
       whose leaves' stage times (or a lone leaf's memory) depend on other
       leaves' layouts.
   """
   t0 = time.perf_counter()
+  why = baselines.why_empty(job, cluster, family, space, framework)
+  if why is not None:  # no valid plan: nothing beats inf, and the bound says why
+    return FamilyBound(family, np.inf, {}, (), 0, time.perf_counter() - t0, empty=why)
   _, fs, blocks = baselines._valid_space(job, cluster, family, space, framework)
   _check_mode(fs)
   eff = efficiency if efficiency is not None else cm.Efficiency()
   run = cut_dp._Family(fs, eff, chunk, keep=1, blocks=blocks)
-  if not len(blocks.pools):
-    return FamilyBound(family, np.inf, {}, (), 0, time.perf_counter() - t0)
   on_pool = [run.pool_of_leaf(name) for name, *_ in run.leaves]
   alone = {k for k, pool in enumerate(on_pool) if on_pool.count(pool) == 1}
   work = [(lvl, 0, k, key) for lvl, k, key in run.items()]

@@ -48,6 +48,7 @@ to no leaf: only the exact scoring sees them.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import time
@@ -260,22 +261,26 @@ def cut_dp(job: cm.RLJob, cluster: cm.Cluster, budget_s: float | None = None,
                        f"{max_staleness=}, {partial_rollout=} (allowed: {allowed})")
   fw = fw_lib.get(framework)
   eff = efficiency if efficiency is not None else cm.Efficiency()
-  runs = []
+  runs, skipped = [], {}
   for f in fams:
-    if fw.build(f, job, cluster, space) is not None:
-      # The valid space as the baselines keep it per process (built once).
-      _, fs, blocks = baselines._valid_space(job, cluster, f, space, framework)
-      runs.append(_Family(fs, eff, chunk, keep, blocks=blocks))
+    why = baselines.why_empty(job, cluster, f, space, framework)
+    if why is not None:  # a family that holds no plan is skipped, saying why
+      skipped[f] = why
+      continue
+    # The valid space as the baselines keep it per process (built once).
+    _, fs, blocks = baselines._valid_space(job, cluster, f, space, framework)
+    runs.append(_Family(fs, eff, chunk, keep, blocks=blocks))
   if not runs:
     return SearchResult(method="cut_dp", wall_time_s=time.perf_counter() - t0,
-                        infeasible_reason=f"no family of {fams} can hold the job on "
-                        f"{cluster.n_gpus} GPUs")
+                        framework=fw.name, skipped=skipped,
+                        infeasible_reason="no family holds a plan: " + "; ".join(
+                            skipped.values()))
   work = sorted(((lvl, r, k, key) for r, run in enumerate(runs)
                  for lvl, k, key in run.items()), key=lambda t: (-t[0], t[1], t[2], t[3]))
   # Every family gets at least one complete pool combination whatever the budget.
   coarsest = min(run.first_level() for run in runs)
   _score_leaves(runs, work, chunk, budget_s, t0, coarsest)
-  return _final(runs, combos, keep, top_k, t0, fw.name)
+  return dataclasses.replace(_final(runs, combos, keep, top_k, t0, fw.name), skipped=skipped)
 
 
 def _score_leaves(runs, work, chunk: int, budget_s=None, t0: float = 0.0,

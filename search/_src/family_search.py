@@ -170,6 +170,9 @@ def discrete(fs: space_lib.FamilySpace, ev: evaluate.Evaluator, out: relax.Relax
     dp_ranked = rounding.score(ev, dp)
     ranked = result_lib.rank(ranked, dp_ranked)
   phase(fs.family, "rounded")
+  if not len(ranked.values):  # no valid plan to refine: the caller skips the family
+    phase(fs.family, "refined")
+    return ranked
   ranked = rounding.local_search(ev, result_lib.Ranked(*(a[:seeds] for a in ranked)))
   # The DP's own best pool splits are swept too: the relaxed candidates'
   # splits would otherwise crowd them out of the sweep's starts.

@@ -97,6 +97,12 @@ class Framework:
                            ties=self.ties, rule_sets=self.rule_sets, runs_as=self.name,
                            rollout_precision=rollout_precision)
 
+  def why_empty(self, family: str, job: cm.RLJob, cluster: cm.Cluster,
+                options: space_lib.SpaceOptions | None = None) -> str | None:
+    """Why :meth:`build` of ``family`` holds no plan (None when it does)
+    (:func:`search._src.space.why_empty` with this framework's options and node layout)."""
+    return space_lib.why_empty(family, job, cluster, self.space_options(options), self.nodes)
+
   def rollout_precisions(self, options: space_lib.SpaceOptions | None,
                          cluster: cm.Cluster) -> tuple[str, ...]:
     """The rollout formats searched: those allowed (``options``) that this framework

@@ -227,10 +227,11 @@ def _label(family: str, rollout_precision: str) -> str:
 
 def _search(job, cluster, fams, fw: fw_lib.Framework, starts, seed, top_k, eff, cfg, space,
             progress, dp_seeds: bool = True, relaxed: str = "auto") -> SearchResult:
+  # A family that holds no plan of the job on this cluster is skipped, saying why.
+  skipped = {fam: fw.why_empty(fam, job, cluster, space) for fam in fams}
+  skipped = {fam: why for fam, why in skipped.items() if why is not None}
   spaces = [(_label(fam, prec), fw.build(fam, job, cluster, space, prec)) for fam in fams
-            for prec in fw.rollout_precisions(space, cluster)]
-  skipped = [fam for fam, fs in spaces if fs is None]
-  spaces = [(fam, fs) for fam, fs in spaces if fs is not None]
+            if fam not in skipped for prec in fw.rollout_precisions(space, cluster)]
   relaxed = relaxes(relaxed, [fs for _, fs in spaces], dp_seeds)
   bar = progress_lib.Bar(len(spaces), enabled=progress)
 
@@ -266,6 +267,10 @@ def _search(job, cluster, fams, fw: fw_lib.Framework, starts, seed, top_k, eff, 
         outs = list(pool.map(one, range(len(spaces))))
   runs, history, bound, best_by = [], {}, {}, {}
   for (fam, _), (run, out, seconds) in zip(spaces, outs, strict=True):
+    if not len(run.ranked.feasible):  # no rounded, seeded or swept row is a valid plan
+      skipped[fam] = (f"{fam}: no valid plan found (every candidate breaks a rule of "
+                      f"{fw.name}'s space)")
+      continue
     runs.append(run)
     history[fam] = out.history_s
     bound[fam] = family_search.relaxed_best(out, cfg)
@@ -275,18 +280,13 @@ def _search(job, cluster, fams, fw: fw_lib.Framework, starts, seed, top_k, eff, 
       _progress(f"family {fam:<20} relaxed {bound[fam]:8.2f} s  rounded {best_by[fam]:8.2f} s"
                 f"  {run.ev.count:7d} evaluations  {seconds:.1f} s")
   done = dict(method="optimize", relaxed_bound_s=bound, best_by_family_s=best_by,
-              history=history, framework=fw.name, relaxed=relaxed)
+              history=history, framework=fw.name, relaxed=relaxed, skipped=skipped,
+              evaluations=sum(r.ev.count for r in runs))
   if not runs:
-    return SearchResult(infeasible_reason=f"no family can hold the job on {cluster.n_gpus} "
-                        f"GPUs (tried {', '.join(skipped)})", **done)
-  evaluations = sum(r.ev.count for r in runs)
-  done["evaluations"] = evaluations
+    return SearchResult(infeasible_reason="no family holds a plan: " + "; ".join(
+        skipped.values()), **done)
   # Rank every family's plans together.
   owner = [(k, i) for k, run in enumerate(runs) for i in range(len(run.ranked.feasible))]
-  if not owner:
-    return SearchResult(infeasible_reason="no valid discrete plan: every rounded layout breaks "
-                        "a divisibility rule of the pools "
-                        f"({', '.join(r.fs.family for r in runs)})", **done)
   cat = lambda field: np.concatenate([getattr(r.ranked, field) for r in runs], 0)
   order = result_lib.ranking(cat("step_time_s"), cat("feasible"), cat("excess"))
   entries = [owner[j] for j in order]

@@ -30,6 +30,7 @@ def format_result(result: SearchResult, rules: tuple[SearchResult, ...] = ()) ->
   for fam in result.history:
     lines.append(f"{fam:<22}{_fmt_s(result.relaxed_bound_s.get(fam, float('nan'))):>12}"
                  f"{_fmt_s(result.best_by_family_s.get(fam, float('inf'))):>12}")
+  lines += [f"skipped {why}" for why in result.skipped.values()]
   lines.append("")
   if not result.feasible:
     lines.append(f"INFEASIBLE: {result.infeasible_reason}")
@@ -58,7 +59,8 @@ def format_result(result: SearchResult, rules: tuple[SearchResult, ...] = ()) ->
       same = result if r.feasible and r.best_plan.mode.staleness > 0 else sync
       best = same.best_step_time_s
       speed = r.best_step_time_s / best if r.feasible and same.feasible else float("nan")
-      layout = describe(r.best_plan) if r.feasible else "does not fit"
+      layout = (describe(r.best_plan) if r.feasible else
+                next(iter(r.skipped.values()), "does not fit"))
       lines.append(f"{r.method:<10}{r.family or '-':<22}{_fmt_s(r.best_step_time_s)}"
                    f"{(f'{speed:9.2f}x' if np.isfinite(speed) else '        -')}  {layout}")
   return "\n".join(lines)

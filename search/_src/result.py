@@ -174,6 +174,10 @@ class SearchResult:
     relaxed: Whether the relaxed (gradient) phase ran (``optimize``'s
       ``relaxed``); without it ``relaxed_bound_s`` is NaN and ``history``
       empty.
+    skipped: Per family asked for that holds no valid plan of the job on the
+      cluster, why (:func:`search._src.space.why_empty`, e.g. ``colocated: no
+      training layout of 24 GPUs divides the 4,096-sample batch``); the other
+      families were searched.
   """
 
   method: str
@@ -195,6 +199,7 @@ class SearchResult:
   accepted_by: tuple = ()
   on_policy: SearchResult | None = None
   relaxed: bool = False
+  skipped: dict = dataclasses.field(default_factory=dict)
 
   @property
   def search_time_s(self) -> float:

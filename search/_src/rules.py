@@ -185,19 +185,24 @@ def _round_pools(fs: space_lib.FamilySpace, shares: dict) -> dict:
   return out
 
 
+def _framework(family: str, framework: str) -> fw_lib.Framework:
+  """The search's framework, or ``any`` when it does not run ``family``."""
+  fw = fw_lib.get(framework)
+  return fw if family in fw.families else fw_lib.get("any")
+
+
 def _family(family: str, job: cm.RLJob, cluster: cm.Cluster, framework: str = "any"):
   """A rule's placement record and its space in the search's framework (in the
   ``any`` space when that framework does not run the family; None when the
   family cannot hold the job)."""
-  fw = fw_lib.get(framework)
-  fw = fw if family in fw.families else fw_lib.get("any")
-  return cm.placement(family), fw.build(family, job, cluster)
+  return cm.placement(family), _framework(family, framework).build(family, job, cluster)
 
 
-def _not_held(name: str, description: str, family: str, cluster: cm.Cluster) -> SearchResult:
+def _not_held(name: str, description: str, family: str, job: cm.RLJob, cluster: cm.Cluster,
+              framework: str) -> SearchResult:
+  why = _framework(family, framework).why_empty(family, job, cluster)
   return SearchResult(method=name, description=description, family=family,
-                      infeasible_reason=f"family {family!r} cannot hold the job on "
-                      f"{cluster.n_gpus} GPUs")
+                      infeasible_reason=why, skipped={family: why})
 
 
 def _split_rule(name: str, description: str, family: str, job: cm.RLJob, cluster: cm.Cluster,
@@ -208,7 +213,7 @@ def _split_rule(name: str, description: str, family: str, job: cm.RLJob, cluster
   memory fraction fixed."""
   place, fs = _family(family, job, cluster, framework)
   if fs is None:
-    return _not_held(name, description, place.name, cluster)
+    return _not_held(name, description, place.name, job, cluster, framework)
   rows = _rows(fs, _round_pools(fs, shares(place)), engine_tp, memory_fraction, _MAX_SEQS)
   return _pick(name, description, place.name, fs, rows, efficiency)
 
@@ -218,6 +223,9 @@ def verl_default(job: cm.RLJob, cluster: cm.Cluster,
                  framework: str = "any") -> SearchResult:
   """veRL's default hybrid-engine layout (colocated, FSDP, rollout TP 2, 0.5)."""
   place, fs = _family("colocated", job, cluster, framework)
+  if fs is None:
+    return _not_held("verl", "colocated, FSDP, rollout TP=2, memory 0.5", place.name, job,
+                     cluster, framework)
   rows = _rows(fs, {place.rollout_pool: float(cluster.n_gpus)}, 2.0, 0.5, _MAX_SEQS)
   return _pick("verl", "colocated, FSDP, rollout TP=2, memory 0.5", place.name, fs, rows,
                efficiency)
@@ -253,7 +261,7 @@ def kv_fit_split(job: cm.RLJob, cluster: cm.Cluster,
   place, fs = _family("split", job, cluster, framework)
   desc = "fewest GPUs whose KV cache holds the batch generate, the rest train"
   if fs is None:
-    return _not_held("kv_fit", desc, place.name, cluster)
+    return _not_held("kv_fit", desc, place.name, job, cluster, framework)
   gen, train = f"pool.{place.rollout_pool}", f"pool.{place.pool_of('actor')}"
   n = cluster.n_gpus
   n_seq = float(job.generated_samples_per_step)

@@ -76,7 +76,7 @@ from search._src.space_validity import FamilyValidity
 
 __all__ = ("CAT", "FAMILIES", "FRAC", "LOG2", "POOL", "FamilySpace", "SpaceOptions", "Structure",
            "Var", "build", "default_families", "layout_violation", "memory_excess", "pool_sizes",
-           "training_pool_sizes")
+           "training_pool_sizes", "why_empty")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -131,6 +131,63 @@ def _vpp_options(model: cm.ModelSpec, pps, vpps) -> list[int]:
   return sorted(set(out))
 
 
+def _pool_options(placement: cm.Placement, job: cm.RLJob, cluster: cm.Cluster,
+                  opts: SpaceOptions, nodes: str) -> list[tuple[str, np.ndarray]]:
+  """``(pool, sizes)`` of each pool of ``placement``: the whole cluster for one
+  pool; else :func:`pool_sizes` leaving a GPU to each other pool. A pool with a
+  trained role keeps the sizes whose data-parallel degree can divide the
+  mini-batch (:func:`training_pool_sizes`), the one pool of a single-pool family too."""
+  n = cluster.n_gpus
+  pools = placement.pools
+  roles = cm.required_roles(job)
+  sizes = np.asarray([float(n)]) if len(pools) == 1 else pool_sizes(cluster, nodes)
+  sizes = sizes[sizes <= n - (len(pools) - 1)]
+  max_model = (min(opts.max_tp or cluster.scaleup_domain, n) * min(opts.max_pp, n)
+               * min(opts.max_cp, n))
+  out = []
+  for p in pools:
+    trains = any(placement.pool_of(r) == p for r in roles if r in _TRAINED)
+    out.append((p, training_pool_sizes(sizes, mini_batch(job), max_model) if trains else sizes))
+  return out
+
+
+def mini_batch(job: cm.RLJob) -> float:
+  """Samples per optimizer step: what a training pool's data-parallel degree divides."""
+  return float(job.samples_per_step) / job.mini_batches
+
+
+def why_empty(family: str, job: cm.RLJob, cluster: cm.Cluster,
+              options: SpaceOptions | None = None, nodes: str = "any") -> str | None:
+  """Why ``family`` holds no plan of ``job`` on ``cluster`` (None when its
+  space is not empty by construction): the family needs a role the job lacks,
+  the cluster has fewer GPUs than the family has pools, or a pool with a
+  trained role has no size whose data-parallel degree divides the mini-batch
+  (the ``batch`` rule set: ``size = dp x 2^k``, ``2^k`` up to the largest
+  model-parallel degree, ``dp`` dividing the samples per optimizer step).
+
+  Example: GRPO with 512 prompts x 8 samples colocated on 24 GPUs: 24 = 3 x 8
+  and 3 does not divide 4,096, so no training layout exists.
+  """
+  placement = cm.placement(family)
+  if not placement.applies_to(job):
+    missing = [r for r in placement.requires if r not in cm.required_roles(job)]
+    return f"{family}: algorithm {job.algorithm!r} has no {' or '.join(missing)} to place"
+  n = cluster.n_gpus
+  if len(placement.pools) > n:
+    return f"{family}: its {len(placement.pools)} pools need {len(placement.pools)} GPUs, the " \
+           f"cluster has {n}"
+  mb = mini_batch(job)
+  what = "batch" if job.mini_batches == 1 else "mini-batch"
+  for p, sizes in _pool_options(placement, job, cluster, options or SpaceOptions(), nodes):
+    if len(sizes):
+      continue
+    where = (f"of {n} GPUs" if len(placement.pools) == 1 else
+             f"for its {p} pool (up to {n - len(placement.pools) + 1} GPUs"
+             f"{'' if nodes == 'any' else ', ' + nodes + ' nodes'})")
+    return f"{family}: no training layout {where} divides the {mb:,.0f}-sample {what}"
+  return None
+
+
 def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
           options: SpaceOptions | None = None, nodes: str = "any",
           ties: tuple[tuple[str, str], ...] = (),
@@ -164,8 +221,7 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
 
   Returns:
     A :class:`FamilySpace`, or None when the family cannot hold the job on
-    this cluster (too few GPUs for its pools, or ``split3`` without a
-    critic).
+    this cluster (:func:`why_empty` says why).
 
   Raises:
     ValueError: for an unknown family, framework or rollout format, or FP8
@@ -178,30 +234,15 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
   if rollout_precision != "bf16" and not has_fp8(cluster.accelerator):
     raise ValueError(f"build: {rollout_precision=} needs an FP8 peak; "
                      f"{cluster.accelerator.name} has none")
-  placement = cm.placement(family)
   opts = options if options is not None else SpaceOptions()
+  if why_empty(family, job, cluster, opts, nodes) is not None:
+    return None
+  placement = cm.placement(family)
   roles = cm.required_roles(job)
-  if not placement.applies_to(job):
-    return None
-  pools = placement.pools
   n = cluster.n_gpus
-  if len(pools) > n:
-    return None
   domain = cluster.scaleup_domain
-  vars_: list[Var] = []
-  sizes = pool_sizes(cluster, nodes)
-  sizes = sizes[sizes <= n - (len(pools) - 1)]
-  max_model = (min(opts.max_tp or domain, n) * min(opts.max_pp, n) * min(opts.max_cp, n))
-  mini_batch = float(job.samples_per_step) / job.mini_batches
-  for p in pools:
-    if len(pools) == 1:  # one pool holds the whole cluster
-      vars_.append(Var(f"pool.{p}", POOL, np.asarray([float(n)])))
-      continue
-    trains = any(placement.pool_of(r) == p for r in roles if r in _TRAINED)
-    opts_p = training_pool_sizes(sizes, mini_batch, max_model) if trains else sizes
-    if not len(opts_p):
-      return None
-    vars_.append(Var(f"pool.{p}", POOL, opts_p))
+  vars_ = [Var(f"pool.{p}", POOL, sizes) for p, sizes in _pool_options(placement, job, cluster,
+                                                                         opts, nodes)]
   f64 = lambda xs: np.asarray(sorted(set(float(x) for x in xs)), dtype=np.float64)
   for role in _LAYOUT_ROLES:
     if role not in roles:
