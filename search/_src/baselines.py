@@ -220,6 +220,10 @@ def _family_space(job, cluster, family, space, framework: str = "any"
 def _check_family(job: cm.RLJob, family: str, framework: str) -> None:
   if family not in space_lib.FAMILIES:
     raise ValueError(f"family={family!r} is not one of {space_lib.FAMILIES}")
+  if not cm.placement(family).applies_to(job):
+    raise ValueError(f"family={family!r} does not apply to algorithm {job.algorithm!r} "
+                     f"(it places roles the job lacks; families of the job: "
+                     f"{space_lib.default_families(job)})")
   runs = fw_lib.families_for(job, framework, max_staleness=1, partial_rollout=True)
   if cm.placement(family).applies_to(job) and family not in runs:
     raise ValueError(f"family={family!r} is not a placement {framework=} runs for this job "
