@@ -113,7 +113,7 @@ def main(argv=None) -> int:
       src = getattr(args, fw)
       if not src:
         continue
-      pin = export.get(fw).version.rsplit("@", 1)[1]
+      pin = re.findall(r"\b[0-9a-f]{7,40}\b", export.get(fw).version)[-1]
       root = os.path.join(tmp, fw)
       os.makedirs(root)
       commits[fw] = checkout(os.path.expanduser(src), pin, FOLDERS[fw], root)

@@ -64,9 +64,18 @@ def _verl(path):
   if not re.search(r"main_ppo|fully_async_main|_main$", str(o.get("hydra.module", ""))):
     return None
   f = {}
-  gpus = [_int(o.get("trainer.nnodes", 1)), _int(o.get("trainer.n_gpus_per_node", 8))]
-  if None not in gpus:
-    f["trainer GPUs"] = gpus[0] * gpus[1]
+  groups = [("trainer.nnodes", "trainer.n_gpus_per_node")]
+  if "rollout.nnodes" in o:  # the async recipes' own rollout GPUs
+    groups.append(("rollout.nnodes", "rollout.n_gpus_per_node"))
+  elif str(o.get("trainer.v1.trainer_mode")) == "separate_async":
+    groups.append(("actor_rollout_ref.rollout.nnodes", "actor_rollout_ref.rollout.n_gpus_per_node"))
+  rm = "reward.reward_model"
+  if str(o.get(f"{rm}.enable")) == "True" and str(o.get(f"{rm}.enable_resource_pool")) == "True":
+    groups.append((f"{rm}.nnodes", f"{rm}.n_gpus_per_node"))
+  gpus = [_int(o.get(a, 1)) * _int(o.get(b, 8)) for a, b in groups
+          if None not in (_int(o.get(a, 1)), _int(o.get(b, 8)))]
+  if len(gpus) == len(groups):
+    f["GPUs"] = sum(gpus)
   a = "actor_rollout_ref.actor"
   engine = o.get("model_engine") or ("megatron" if "megatron" in str(
       o.get("hydra.config_name", "")) else None)
@@ -114,10 +123,10 @@ def _openrlhf(path):
 
 def _nemo_rl(path):
   c = import_nemo_rl.read_source(path)
-  if not any(k.startswith(("grpo.", "ppo.")) for k in c):
+  if not any(k.startswith(("grpo.", "ppo.")) for k in c) or any(
+      k.startswith(("distillation.", "sft.", "dpo.", "rm.")) for k in c):
     return None
-  f = {"trainer GPUs": _int(c.get("cluster.num_nodes", 1)) * _int(
-      c.get("cluster.gpus_per_node", 8))}
+  f = {"GPUs": _int(c.get("cluster.num_nodes", 1)) * _int(c.get("cluster.gpus_per_node", 8))}
   p = "policy"
   mega = str(c.get(f"{p}.megatron_cfg.enabled")) == "True"
   f["backend"] = "megatron" if mega else "fsdp"
@@ -134,10 +143,8 @@ def _nemo_rl(path):
   v = c.get(f"{p}.generation.vllm_cfg.tensor_parallel_size")
   if v is not None:
     f["engine tp"] = _int(v)
-  lora = str(c.get(f"{p}.dtensor_cfg.lora_cfg.enabled", c.get(
-      f"{p}.megatron_cfg.lora_cfg.enabled"))) == "True"
-  f["lora rank"] = _int(c.get(f"{p}.dtensor_cfg.lora_cfg.dim", c.get(
-      f"{p}.megatron_cfg.lora_cfg.dim", 0))) if lora else 0
+  lora = f"{p}.megatron_cfg.peft" if mega else f"{p}.dtensor_cfg.lora_cfg"
+  f["lora rank"] = _int(c.get(f"{lora}.dim", 0)) if str(c.get(f"{lora}.enabled")) == "True" else 0
   return f
 
 
@@ -156,8 +163,9 @@ def _slime(path):
     if v is not None:
       f[f"actor {name}"] = _int(v)
   nodes, per = _int(o.get("actor-num-nodes", 1)), _int(o.get("actor-num-gpus-per-node", 8))
-  if nodes and per:
-    f["trainer GPUs"] = nodes * per
+  rollout = 0 if o.get("colocate") else _int(o.get("rollout-num-gpus", 0))
+  if nodes and per and rollout is not None:
+    f["GPUs"] = nodes * per + rollout
   if o.get("use-dynamic-batch-size") and o.get("max-tokens-per-gpu"):
     f["actor token budget"] = _int(o["max-tokens-per-gpu"])
   return f
@@ -183,12 +191,10 @@ def _imported(fact: str, imp) -> object:
   job, plan, cluster = imp
   actor = next(r for r in plan.roles if r.role == "actor")
   t = actor.train
-  if fact == "trainer GPUs":
-    pool = {p.name: p for p in plan.pools}[actor.pool]
-    return int(float(pool.gpus))
-  if fact == "backend":
-    return "megatron" if float(t.zero_stage) <= 1 and (
-        float(t.tp) > 1 or float(t.pp) > 1 or float(t.zero_stage) == 1) else "fsdp"
+  if fact == "GPUs":
+    return int(sum(float(p.gpus) for p in plan.pools))
+  if fact == "backend":  # a plan states ZeRO stages: FSDP shards (2, 3), Megatron does not
+    return "megatron" if float(t.zero_stage) <= 1 else "fsdp"
   if fact.startswith("actor ") and fact[6:] in ("tp", "pp", "cp", "ep"):
     return int(float(getattr(t, fact[6:])))
   if fact == "engine tp":
@@ -197,7 +203,7 @@ def _imported(fact: str, imp) -> object:
     return int(float(job.lora.rank)) if job.lora is not None else 0
   if fact == "actor token budget":
     seq = float(job.prompt_len) + float(job.response.mean)
-    return float(t.micro_batch) * seq
+    return float(t.micro_batch) * seq / float(t.cp)  # a sequence splits over its CP ranks
   if fact in ("actor nodes", "actor per node", "allocation"):
     return None
   raise ValueError(f"fact={fact!r} has no reading of an import")
@@ -214,8 +220,8 @@ def compare(facts: dict, imp) -> list[str]:
       continue
     if fact == "actor token budget":
       ok = got <= want * 1.0001
-    elif fact == "backend" and want == "fsdp":
-      ok = got == "fsdp"
+    elif fact == "backend" and got != want:  # one GPU a replica: ZeRO 0 either way
+      ok = float(imp.plan.roles[0].train.zero_stage) == 0 and want == "fsdp"
     else:
       ok = got == want
     if not ok:

@@ -25,18 +25,22 @@ import re
 from typing import Any
 
 import costmodel as cm
+from export._src import compose
 from export._src import importing
 from export._src.importing import flag
 from export._src.importing import number
 
 FW = "AReaL"
 UNEXPRESSED = {"reference.infer": ("micro_batch", "zero_stage", "recompute")}
-_BACKEND = re.compile(r"(fsdp|megatron|sglang):((?:[a-z][1-9][0-9]*)+)")
+_BACKEND = re.compile(r"(fsdp|megatron|sglang|vllm):((?:[a-z][1-9][0-9]*)+)")
 
 
 def read_source(source: Any) -> dict[str, Any]:
-  """Flat ``{dotted key: value}`` of a nested dict or a YAML file."""
-  return importing.read_yaml(source, FW)
+  """Flat ``{dotted key: value}`` of a nested dict or a YAML file (composed and
+  interpolated: :mod:`export._src.compose`)."""
+  if isinstance(source, dict):
+    return importing.flatten(source)
+  return compose.read(source, FW, inherit=False)
 
 
 def _backend(o: dict, key: str) -> tuple[str, dict[str, int]]:
@@ -48,10 +52,11 @@ def _backend(o: dict, key: str) -> tuple[str, dict[str, int]]:
   return m.group(1), {k: int(x) for k, x in re.findall(r"([a-z])([0-9]+)", m.group(2))}
 
 
-def _layout(o: dict, role: str, samples: int, trained: bool) -> tuple[cm.Parallel, int]:
+def _layout(o: dict, role: str, samples: int, trained: bool,
+            seq: float = 1.0) -> tuple[cm.Parallel, int]:
   """A train engine's layout and its GPUs (``d x p x t x c``)."""
   kind, dims = _backend(o, f"{role}.backend")
-  if kind == "sglang":
+  if kind in ("sglang", "vllm"):
     raise ValueError(f"{FW}: {role}.backend={o[f'{role}.backend']!r} is an inference backend")
   tp, pp, cp, ep = (dims.get(k, 1) for k in "tpce")
   gpus = dims.get("d", 1) * pp * tp * cp
@@ -69,7 +74,10 @@ def _layout(o: dict, role: str, samples: int, trained: bool) -> tuple[cm.Paralle
   if trained:
     mini = number(o, f"{role}.ppo_n_minibatches", FW, 1)
     per_rank = samples // mini // max(1, gpus // (tp * pp * cp))
-    f["micro_batch"] = max(1, per_rank // number(o, f"{role}.mb_spec.n_mbs", FW, 1))
+    micro = per_rank // number(o, f"{role}.mb_spec.n_mbs", FW, 1)
+    if o.get(f"{role}.mb_spec.max_tokens_per_mb") is not None:  # packed micro-batches
+      micro = min(micro, math.floor(number(o, f"{role}.mb_spec.max_tokens_per_mb", FW) / seq))
+    f["micro_batch"] = max(1, micro)
   return cm.Parallel(**{k: float(v) for k, v in f.items()}), gpus
 
 
@@ -89,7 +97,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   Raises:
     ValueError: naming the key and its value, or the keyword of a missing fact.
   """
-  o = read_source(source)
+  o = importing.Tracked(read_source(source))
   algorithm = _algorithm(o)
   groups = number(o, "train_dataset.batch_size", FW)
   if algorithm == "dapo" and "oversample" not in missing:
@@ -110,12 +118,12 @@ def read(source: Any, **missing: Any) -> importing.Imported:
                             number(o, "actor.ppo_n_minibatches", FW, 1), 1, use_ref, reward=False)
   samples = prompts * n
   kind, dims = _backend(o, "rollout.backend")
-  if kind != "sglang":
-    raise ValueError(f"{FW}: rollout.backend={o['rollout.backend']!r}: the export reads SGLang "
-                     "rollouts")
+  if kind not in ("sglang", "vllm"):
+    raise ValueError(f"{FW}: rollout.backend={o['rollout.backend']!r} is a training backend")
   colocated = o.get("rollout.scheduling_strategy.type", "separation") == "colocation"
   pool = "all" if colocated else "train"
-  actor, gpus = _layout(o, "actor", samples, trained=True)
+  seq = float(job.prompt_len) + float(g.response_mean)
+  actor, gpus = _layout(o, "actor", samples, trained=True, seq=seq)
   if colocated:  # colocation offloads the actor while SGLang generates
     actor = actor.replace(swap=1.0)
   roles = [cm.RolePlan("actor", pool, train=actor, infer=actor)]
@@ -124,20 +132,10 @@ def read(source: Any, **missing: Any) -> importing.Imported:
     roles.append(cm.RolePlan("reference", pool, infer=ref.replace(
         micro_batch=actor.micro_batch, zero_stage=actor.zero_stage, recompute=actor.recompute)))
   if algorithm == "ppo":
-    critic, _ = _layout(o, "critic", samples, trained=True)
+    critic, _ = _layout(o, "critic", samples, trained=True, seq=seq)
     roles.append(cm.RolePlan("critic", pool, train=critic, infer=critic))
   tp, pp = dims.get("t", 1), dims.get("p", 1)
-  kv = o.get("sglang.kv_cache_dtype", "auto")
-  if kv not in ("auto", "fp8_e4m3"):
-    raise ValueError(f"{FW}: sglang.kv_cache_dtype={kv!r} is not auto or fp8_e4m3")
-  engine = cm.Engine(
-      tp=float(tp), pp=float(pp), ep=float(number(o, "sglang.ep_size", FW, 1)),
-      memory_fraction=float(number(o, "sglang.mem_fraction_static", FW, kind=float, minimum=0)),
-      max_seqs=float(number(o, "sglang.max_running_requests", FW, g.engine_max_seqs)),
-      prefix_caching=not flag(o, "sglang.disable_radix_cache", FW),
-      cuda_graphs=not flag(o, "sglang.disable_cuda_graph", FW),
-      dp_attention=flag(o, "sglang.enable_dp_attention", FW),
-      precision=cm.Precision(kv="fp8" if kv == "fp8_e4m3" else None), sync_backend="bucketed")
+  engine = _sglang(o, g, dims) if kind == "sglang" else _vllm(o, g, dims)
   pools = [cm.Pool(pool, float(gpus))]
   if not colocated:
     pools.insert(0, cm.Pool("gen", float(dims.get("d", 1) * tp * pp)))
@@ -148,4 +146,38 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   nodes, per_node = number(o, "cluster.n_nodes", FW, 1), number(o, "cluster.n_gpus_per_node", FW, 8)
   cluster = importing.build_cluster(g, [(nodes, per_node)])
   cm.validate_plan(plan, job, cluster)
-  return importing.Imported(job, plan, cluster)
+  return importing.imported(job, plan, cluster, o, _RELEVANT)
+
+
+# Keys a cost could depend on: set but read by no rule above, they are listed as not modelled.
+_RELEVANT = (r"offload|parallel|mb_spec|max_tokens|lora|mem_fraction|gpu_memory_utilization|"
+             r"max_num_seqs|max_running_requests|cuda_graph|enforce_eager|n_gpus|n_nodes|"
+             r"offpolicyness|recompute|checkpointing|backend|scheduling_strategy|dynamic_bs")
+
+
+def _sglang(o: dict, g: importing.Given, dims: dict) -> cm.Engine:
+  kv = o.get("sglang.kv_cache_dtype", "auto")
+  if kv not in ("auto", "fp8_e4m3"):
+    raise ValueError(f"{FW}: sglang.kv_cache_dtype={kv!r} is not auto or fp8_e4m3")
+  return cm.Engine(
+      tp=float(dims.get("t", 1)), pp=float(dims.get("p", 1)),
+      ep=float(number(o, "sglang.ep_size", FW, 1)),
+      memory_fraction=float(number(o, "sglang.mem_fraction_static", FW, kind=float, minimum=0)),
+      max_seqs=float(number(o, "sglang.max_running_requests", FW, g.engine_max_seqs)),
+      prefix_caching=not flag(o, "sglang.disable_radix_cache", FW),
+      cuda_graphs=not flag(o, "sglang.disable_cuda_graph", FW),
+      dp_attention=flag(o, "sglang.enable_dp_attention", FW),
+      precision=cm.Precision(kv="fp8" if kv == "fp8_e4m3" else None), sync_backend="bucketed")
+
+
+def _vllm(o: dict, g: importing.Given, dims: dict) -> cm.Engine:
+  """AReaL's vLLM engine: the ``vllm.*`` keys of ``vLLMConfig`` (areal/api/cli_args.py
+  @4aef98d; defaults 0.9, 256, prefix caching off by ``no_enable_prefix_caching``)."""
+  return cm.Engine(
+      tp=float(dims.get("t", 1)), pp=float(dims.get("p", 1)),
+      memory_fraction=float(number(o, "vllm.gpu_memory_utilization", FW, 0.9, kind=float,
+                                   minimum=0)),
+      max_seqs=float(number(o, "vllm.max_num_seqs", FW, 256)),
+      prefix_caching=not flag(o, "vllm.no_enable_prefix_caching", FW, True),
+      cuda_graphs=not flag(o, "vllm.enforce_eager", FW), sync_backend="bucketed")
+

@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 import costmodel as cm
+from export._src import compose
 from export._src import importing
 from export._src.importing import choice
 from export._src.importing import flag
@@ -39,8 +40,11 @@ _RECOMPUTE = {"selective": 1.0, "full": 2.0}
 
 
 def read_source(source: Any) -> dict[str, Any]:
-  """Flat ``{dotted key: value}`` of a nested dict or a YAML file."""
-  return importing.read_yaml(source, FW)
+  """Flat ``{dotted key: value}`` of a nested dict or a YAML file (composed and
+  interpolated: :mod:`export._src.compose`)."""
+  if isinstance(source, dict):
+    return importing.flatten(source)
+  return compose.read(source, FW, inherit=True)
 
 
 def _layout(o: dict, pre: str, micro: float) -> cm.Parallel:
@@ -105,7 +109,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   Raises:
     ValueError: naming the key and its value, or the keyword of a missing fact.
   """
-  o = read_source(source)
+  o = importing.Tracked(read_source(source))
   section, algorithm = _algorithm(o)
   if algorithm == "dapo" and "oversample" not in missing:
     missing = {**missing, "oversample": number(o, "grpo.batch_multiplier", FW, 1, kind=float)}
@@ -115,9 +119,19 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   n = number(o, f"{section}.num_generations_per_prompt", FW)
   max_response = number(o, "policy.generation.max_new_tokens", FW)
   total = number(o, "policy.max_total_sequence_length", FW)
+  notes = [f"defaults: {', '.join(o[compose.UNFOUND])} not found next to the config: "
+           "its keys are NeMo-RL's defaults only where this config restates them"
+           ] if compose.UNFOUND in o else []
   if total <= max_response:
-    raise ValueError(f"{FW}: policy.max_total_sequence_length={total} must exceed "
-                     f"policy.generation.max_new_tokens={max_response} (the prompt's share)")
+    # Prompt and response share max_total_sequence_length (vLLM's max_model_len): the
+    # config states no prompt length of its own.
+    prompt = importing.unstated_prompt(
+        g, f"prompt and response share policy.max_total_sequence_length={total}", notes,
+        cap=min(number(o, "data.max_input_seq_length", FW, total), total // 2))
+    if not 1 <= prompt < total:
+      raise ValueError(f"{FW}: prompt_len={prompt!r} must lie in [1, "
+                       f"policy.max_total_sequence_length={total})")
+    max_response = total - prompt
   gbs = number(o, "policy.train_global_batch_size", FW)
   if (prompts * n) % gbs:
     raise ValueError(f"{FW}: policy.train_global_batch_size={gbs} must divide "
@@ -131,14 +145,19 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   job = importing.build_job(FW, g, algorithm, actor, prompts, n, total - max_response,
                             max_response, prompts * n // gbs,
                             number(o, "ppo.ppo_epochs", FW, 1) if section == "ppo" else 1,
-                            use_ref, reward)
+                            use_ref, reward, _lora(o))
 
   colocated = flag(o, "policy.generation.colocated.enabled", FW, True)
   # The policy's state goes to the host around colocated generation and, in PPO, while the
   # value model trains (grpo.py refit_policy_generation, ppo.py offload_to_cpu).
-  train = _layout(o, "policy", float(number(o, "policy.train_micro_batch_size", FW))).replace(
+  seq = float(job.prompt_len) + float(g.response_mean)
+  mb = "policy.dynamic_batching" if flag(o, "policy.dynamic_batching.enabled", FW) else (
+      "policy.sequence_packing")
+  train = _layout(o, "policy", _micro(o, "policy.train_micro_batch_size", f"{mb}.train_mb_tokens",
+                                      seq)).replace(
       swap=1.0 if colocated or section == "ppo" else 0.0)
-  infer = train.replace(micro_batch=float(number(o, "policy.logprob_batch_size", FW)))
+  infer = train.replace(micro_batch=_micro(o, "policy.logprob_batch_size",
+                                           f"{mb}.logprob_mb_tokens", seq))
   roles = [cm.RolePlan("actor", "train", train=train, infer=infer)]
   if use_ref:
     roles.append(cm.RolePlan("reference", "train", infer=infer))
@@ -178,7 +197,9 @@ def read(source: Any, **missing: Any) -> importing.Imported:
       memory_fraction=float(number(o, f"{v}.gpu_memory_utilization", FW, kind=float, minimum=0)),
       max_seqs=float(number(o, "policy.generation.vllm_kwargs.max_num_seqs", FW,
                             g.engine_max_seqs)),
-      prefix_caching=flag(o, f"{v}.enable_prefix_caching", FW, True),
+      # NeMo-RL @7ea279a passes no prefix-caching setting to vLLM (vLLM's default: on)
+      # unless vllm_kwargs names one.
+      prefix_caching=flag(o, "policy.generation.vllm_kwargs.enable_prefix_caching", FW, True),
       cuda_graphs=not flag(o, f"{v}.enforce_eager", FW, False),
       sync_backend="ipc" if colocated else choice(
           o, "policy.generation.refit_transport", FW, {None: "bucketed",
@@ -192,4 +213,31 @@ def read(source: Any, **missing: Any) -> importing.Imported:
                  engine=engine, rollout_pool="all" if colocated else "gen", mode=mode)
   cluster = importing.build_cluster(g, [(nodes, per_node)])
   cm.validate_plan(plan, job, cluster)
-  return importing.Imported(job, plan, cluster)
+  return importing.imported(job, plan, cluster, o, _RELEVANT, tuple(notes))
+
+
+# Keys a cost could depend on: set but read by no rule above, they are listed as not modelled.
+_RELEVANT = (r"offload|parallel_size|micro_batch|batch_size|mb_tokens|dynamic_batching\.enabled|"
+             r"sequence_packing\.enabled|lora_cfg\.(enabled|dim)|gpu_memory_utilization|"
+             r"max_num_seqs|enforce_eager|gpus_per_node|num_nodes|max_trajectory_age|"
+             r"activation_checkpointing|recompute|colocated\.enabled|megatron_cfg\.enabled|"
+             r"dtensor_cfg\.enabled|async_\w+\.enabled|backend$")
+def _lora(o: dict) -> cm.LoRA | None:
+  """LoRA of the policy: ``dtensor_cfg.lora_cfg`` (FSDP2) or ``megatron_cfg.peft`` (rank
+  ``dim``); the reference is the base with the adapters off."""
+  for key in ("policy.dtensor_cfg.lora_cfg", "policy.megatron_cfg.peft"):
+    backend = key.rsplit(".", 1)[0]
+    if flag(o, f"{backend}.enabled", FW, backend.endswith("dtensor_cfg")) and flag(
+        o, f"{key}.enabled", FW):
+      return cm.LoRA(rank=float(number(o, f"{key}.dim", FW)), shared_reference=True)
+  return None
+
+
+def _micro(o: dict, key: str, tokens_key: str, seq: float) -> float:
+  """A micro-batch: ``key``, or with dynamic batching / sequence packing the micro-batch
+  token budget over the mean sequence."""
+  packed = flag(o, "policy.dynamic_batching.enabled", FW) or flag(
+      o, "policy.sequence_packing.enabled", FW)
+  if packed and o.get(tokens_key) is not None:
+    return float(max(1, int(number(o, tokens_key, FW) // seq)))
+  return float(number(o, key, FW))

@@ -28,6 +28,7 @@ from typing import Any
 
 import costmodel as cm
 from export._src import importing
+from export._src import shell
 from export._src.importing import choice
 from export._src.importing import number
 
@@ -53,9 +54,10 @@ def read_source(source: Any) -> dict[str, Any]:
     return dict(source)
   if isinstance(source, (list, tuple)):
     return importing.parse_argv(list(source), _SWITCHES)
-  _, text = importing.read_text(source, FW)
-  return importing.parse_argv(importing.command_words(text, "openrlhf.cli.train_ppo_ray"),
-                              _SWITCHES)
+  path, _ = importing.read_text(source, FW)
+  _, words, _ = shell.command(path, lambda w: w == "openrlhf.cli.train_ppo_ray",
+                              "'python3 -m openrlhf.cli.train_ppo_ray'")
+  return importing.parse_argv(words, _SWITCHES)
 
 
 def read(source: Any, **missing: Any) -> importing.Imported:

@@ -26,6 +26,8 @@ from typing import Any
 
 import costmodel as cm
 from export._src import importing
+from export._src import megatron_model
+from export._src import shell
 from export._src.importing import choice
 from export._src.importing import number
 
@@ -49,8 +51,10 @@ def read_source(source: Any) -> tuple[str, dict[str, Any]]:
   elif isinstance(source, (list, tuple)):
     words = list(source)
   else:
-    _, text = importing.read_text(source, FW)
-    words = importing.command_words(text, *_SCRIPTS)
+    path, _ = importing.read_text(source, FW)
+    entry, rest, _ = shell.command(path, lambda w: w.rsplit("/", 1)[-1] in _SCRIPTS,
+                                   "'python3 train.py' (or train_async.py)")
+    words = [entry, *rest]
   script = next((w.rsplit("/", 1)[-1] for w in words if w.rsplit("/", 1)[-1] in _SCRIPTS),
                 "train.py")
   return script, importing.parse_argv(words, _SWITCHES)
@@ -81,6 +85,14 @@ def _layout(o: dict, moe: bool) -> cm.Parallel:
       micro_batch=float(number(o, "micro-batch-size", FW, 1)))
 
 
+def _micro(o: dict, seq: float, cp: float) -> float:
+  """``--micro-batch-size``, or with ``--use-dynamic-batch-size`` the samples that fill
+  ``--max-tokens-per-gpu`` (a sequence split over ``cp`` GPUs)."""
+  if o.get("use-dynamic-batch-size") and o.get("max-tokens-per-gpu") is not None:
+    return float(max(1, int(number(o, "max-tokens-per-gpu", FW) * cp // seq)))
+  return float(number(o, "micro-batch-size", FW, 1))
+
+
 def _engine(o: dict, g: importing.Given, colocated: bool) -> cm.Engine:
   kv = o.get("sglang-kv-cache-dtype")
   if kv not in (None, "auto", "fp8_e4m3"):
@@ -104,6 +116,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
       model can read, or the keyword of a fact it lacks.
   """
   script, o = read_source(source)
+  o = importing.Tracked(o)
   algorithm = choice(o, "advantage-estimator", FW, _ALGORITHM, "grpo")
   prompts = number(o, "rollout-batch-size", FW)
   if o.get("dynamic-sampling-filter-path"):
@@ -115,19 +128,27 @@ def read(source: Any, **missing: Any) -> importing.Imported:
       gen = number(o, "over-sampling-batch-size", FW, prompts)
       missing = {**missing, "oversample": gen / prompts}
   g = importing.given(FW, missing)
-  actor = importing.model_spec(g.model, "model", o.get("hf-checkpoint"))
+  notes: list[str] = []
+  path = o.get("hf-checkpoint")
+  actor = (None if g.model is not None else
+           megatron_model.model_from_flags(o, str(path or "model").rstrip("/").rsplit("/", 1)[-1],
+                                           FW))
+  actor = actor or importing.model_spec(g.model, "model", path)
   n = number(o, "n-samples-per-prompt", FW, 1)
-  gbs = number(o, "global-batch-size", FW)
+  gbs = (prompts * n // number(o, "num-steps-per-rollout", FW)
+         if o.get("num-steps-per-rollout") is not None else number(o, "global-batch-size", FW))
   if (prompts * n) % gbs:
     raise ValueError(f"{FW}: global-batch-size={gbs} must divide rollout-batch-size x "
                      f"n-samples-per-prompt = {prompts * n}")
   use_ref = bool(o.get("use-kl-loss"))
-  job = importing.build_job(FW, g, algorithm, actor, prompts, n,
-                            number(o, "rollout-max-prompt-len", FW),
+  prompt = (number(o, "rollout-max-prompt-len", FW) if o.get("rollout-max-prompt-len") else
+            importing.unstated_prompt(g, "no --rollout-max-prompt-len", notes))
+  job = importing.build_job(FW, g, algorithm, actor, prompts, n, prompt,
                             number(o, "rollout-max-response-len", FW), prompts * n // gbs, 1,
                             use_ref, reward=False)
   colocated = bool(o.get("colocate"))
   train = _layout(o, actor.is_moe)
+  train = train.replace(micro_batch=_micro(o, prompt + float(g.response_mean), float(train.cp)))
   pool = "all" if colocated else "train"
   roles = [cm.RolePlan("actor", pool, train=train, infer=train)]
   if use_ref:  # its weights in pinned host memory, switched in for its pass
@@ -149,4 +170,10 @@ def read(source: Any, **missing: Any) -> importing.Imported:
     g = dataclasses.replace(g, gpus_per_node=number(o, "num-gpus-per-node", FW))
   cluster = importing.build_cluster(g, [group], rollout_gpus)
   cm.validate_plan(plan, job, cluster)
-  return importing.Imported(job, plan, cluster)
+  return importing.imported(job, plan, cluster, o, _RELEVANT, tuple(notes))
+
+
+# Flags a cost could depend on: set but read by no rule above, they are listed as not modelled.
+_RELEVANT = (r"parallel-size|offload|micro-batch|max-tokens|dynamic-batch|lora|mem-fraction|"
+             r"max-running-requests|cuda-graph|num-gpus|num-nodes|recompute|colocate|"
+             r"rollout-num-gpus|partial-rollout|fp8|over-sampling|sglang-.*(size|attention)")

@@ -99,6 +99,9 @@ class Given:
       needs it).
     engine_max_seqs: vLLM's ``max_num_seqs`` where the framework has no key
       for it (default 256).
+    prompt_len: Prompt tokens, where a config bounds prompt and response only
+      together (NeMo-RL's ``max_new_tokens == max_total_sequence_length``;
+      default: that importer's documented assumption, listed as not modelled).
   """
 
   model: Any = None
@@ -109,6 +112,22 @@ class Given:
   gpus_per_node: int | None = None
   oversample: float = 1.0
   engine_max_seqs: int = 256
+  prompt_len: int | None = None
+
+
+# Prompt tokens assumed where a config bounds prompt and response only together or not at
+# all: RLJob's own default prompt length (costmodel RLJob.prompt_len); ``prompt_len=`` sets it.
+PROMPT_ASSUMED = 1024
+
+
+def unstated_prompt(g: Given, why: str, notes: list, cap: int | None = None) -> int:
+  """The prompt length a config does not state: ``g.prompt_len``, else
+  :data:`PROMPT_ASSUMED` (at most ``cap``), noted in ``notes`` as not modelled."""
+  if g.prompt_len:
+    return int(g.prompt_len)
+  p = min(PROMPT_ASSUMED, cap) if cap else PROMPT_ASSUMED
+  notes.append(f"prompt length: {why}; {p} tokens assumed (prompt_len=)")
+  return p
 
 
 def given(framework: str, missing: dict[str, Any]) -> Given:
@@ -118,6 +137,9 @@ def given(framework: str, missing: dict[str, Any]) -> Given:
     raise ValueError(f"read_config({framework!r}): unknown keyword(s) {unknown}; the facts a "
                      f"config lacks are {sorted(names)}")
   return Given(**missing)
+
+
+_SUFFIX = r"-(instruct|chat|base|fp8|int4|int8|awq|gptq|bf16|\d{4})$"
 
 
 def _known_model(name: str) -> cm.ModelSpec | None:
@@ -140,8 +162,10 @@ def model_spec(value: Any, field: str, config_path: str | None = None) -> cm.Mod
                        "config.json")
     return spec
   if config_path:
-    base = re.sub(r"-(instruct|chat|base)$", "", os.path.basename(str(config_path).rstrip("/"))
-                  .lower())
+    base = os.path.basename(str(config_path).rstrip("/")).lower()
+    # a checkpoint's name less its tuning and quantization suffixes: the same architecture
+    while re.search(_SUFFIX, base):
+      base = re.sub(_SUFFIX, "", base)
     if base in cm.models.names():
       return cm.models.get(base)
   where = (f"the config's model path {config_path!r} names no preset" if config_path else

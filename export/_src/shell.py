@@ -43,6 +43,7 @@ _ASSIGN = re.compile(r"([A-Za-z_]\w*)(\[[^\]]*\])?(\+?)=(.*)", re.S)
 _REDIRECT = re.compile(r"^(\d*|&)(>>?|<)(&\d*)?$|^(\d*|&)(>>?|<)(&\d*|.+)$")
 _OPS = ("&&", "||", ";;", ";", "|", "&", "\n")
 _SKIP = ("while", "until")
+_MAX_LOOP = 100_000  # iterations of one C-style for loop
 _BUILTIN_ASSIGN = ("export", "declare", "local", "readonly", "typeset")
 
 
@@ -249,8 +250,11 @@ class Shell:
     name, index, rest = m.group(1), m.group(3), body[m.end():]
     v = self.lookup(name)
     if v is not None and index is not None:
-      if index in ("@", "*"):
+      if index == "@":
         v = v if isinstance(v, list) else [v]
+      elif index == "*":  # one word, joined by the first character of IFS
+        sep = str(self.vars.get("IFS", " "))[:1]
+        v = sep.join(v) if isinstance(v, list) else v
       else:
         items = v if isinstance(v, list) else [v]
         k = self.arith(index)
@@ -437,15 +441,14 @@ class Shell:
 
   def substitute(self, inner: str):
     """The output of ``$(inner)`` (its trailing newlines cut) or :class:`Unknown`."""
-    saved = (self.out, self.out_unknown, self.cwd)
+    saved = (self.out, self.out_unknown, self.cwd, dict(self.vars))
     self.out, self.out_unknown = [], False
     try:
       self.run(inner)
       out = "\n".join(self.out).rstrip("\n")
       return Unknown(f"$({inner})") if self.out_unknown else out
-    finally:
-      self.out, self.out_unknown = saved[0], saved[1]
-      self.cwd = saved[2]
+    finally:  # a subshell's assignments stay in it
+      self.out, self.out_unknown, self.cwd, self.vars = saved
 
   # ----- running ---------------------------------------------------------------------------
 
@@ -606,8 +609,22 @@ class Shell:
   def run_for(self, cmds, i, stop) -> int:
     end = self.match(cmds, i, stop, "for")
     w = cmds[i][0]
-    items = [x for raw in w[3:] for x in self.expand(raw)] if len(w) > 3 and w[2] == "in" else []
     body = next(k for k in range(i, end) if cmds[k][0][:1] == ["do"])
+    if len(w) > 1 and w[1].startswith("(("):  # for ((init; test; step))
+      parts = w[1][2:-2].split(";")
+      if len(parts) != 3:
+        raise ValueError(f"shell: {w[1]!r} is not 'for ((init; test; step))'")
+      self.simple([f"(({parts[0]}))"])
+      for _ in range(_MAX_LOOP):
+        go = self.arith(parts[1])
+        if not go:
+          if go is None:
+            self.notes.append(f"'for {w[1]}' stops at a test it cannot decide")
+          break
+        self.block(cmds, body, end)
+        self.simple([f"(({parts[2]}))"])
+      return end + 1
+    items = [x for raw in w[3:] for x in self.expand(raw)] if len(w) > 3 and w[2] == "in" else []
     if items:
       self.vars[w[1]] = items[0]
       if len(items) > 1:
@@ -637,7 +654,10 @@ class Shell:
       words = [w for w in words if w not in ("{", "}")]
     if not words:
       return None
-    if words[0] in ("[", "[[", "test"):
+    if words[0].startswith("((") and words[0].endswith("))"):
+      v = self.arith(words[0][2:-2])
+      v = None if v is None else v != 0
+    elif words[0] in ("[", "[[", "test"):
       args = [x for raw in words[1:] if raw not in ("]", "]]") for x in self.expand(raw, False)]
       v = _test(args)
     else:
@@ -684,6 +704,11 @@ class Shell:
       for raw in raw_words[k + 1:]:
         if _ASSIGN.fullmatch(raw):
           self.assign(raw)
+      return True
+    if cmd == "printf" and len(words) > 3 and words[1] == "-v":
+      fmt, args = words[3], words[4:]
+      out = re.sub(r"%[sd]", lambda m: str(args.pop(0)) if args else "", fmt)
+      self.vars[words[2]] = out
       return True
     if cmd == "unset":
       for w in words[1:]:
