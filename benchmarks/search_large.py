@@ -178,8 +178,25 @@ def floor_s(bounds: dict) -> tuple[float, bool]:
   return best, exact
 
 
-def _bounds_report(data: dict) -> list[str]:
+def floors(data: dict) -> list[dict]:
+  """Per job of ``data["bounds"]``: its floor (:func:`floor_s`), whether that is
+  an enumerated optimum, its warm and cold ``pairs``, the gradient search's
+  worst gap above the floor over them (None without pairs), and per baseline
+  the pairs whose plan is the proven optimum (no method can be strictly
+  better there)."""
   rows = [dict(r, name=w["name"]) for w in data["warm"] for r in w["rows"]] + data["cold"]
+  out = []
+  for b in data["bounds"]:
+    floor, exact = floor_s(b)
+    mine = [r for r in rows if r["name"] == b["name"]]
+    above = max(r["gradient"] for r in mine) / floor - 1 if mine else None
+    stuck = {m: sum(exact and r[m] <= floor * (1 + 1e-6) for r in mine) for m in METHODS[1:]}
+    out.append({"name": b["name"], "floor": floor, "exact": exact, "pairs": len(mine),
+                "gradient_above": above, "at_optimum": stuck})
+  return out
+
+
+def _bounds_report(data: dict) -> list[str]:
   out = ["", "Proven floors (`search.lower_bound` on every family; `search.enumerate_plans` "
          f"on families of at most {ENUMERABLE:.0e} plans):", "",
          "| job | family | valid plans | bound (s) [s to prove] | exhaustive optimum (s) "
@@ -193,42 +210,50 @@ def _bounds_report(data: dict) -> list[str]:
           "above the floor (worst pair) | pairs where the alternative's plan is the proven "
           "optimum (no method can be strictly better): random / annealing / cut DP |",
           "|---|---:|---|---:|---:|"]
-  for b in data["bounds"]:
-    floor, exact = floor_s(b)
-    mine = [r for r in rows if r["name"] == b["name"]]
-    above = f"{100 * (max(r['gradient'] for r in mine) / floor - 1):+.2f}%" if mine else "-"
-    stuck = " / ".join(f"{sum(exact and r[m] <= floor * (1 + 1e-6) for r in mine)}/{len(mine)}"
-                       for m in METHODS[1:])
-    out.append(f"| {b['name']} | {floor:.2f} | {'an optimum (a plan)' if exact else 'a bound'}"
-               f" | {above} | {stuck} |")
+  for f in floors(data):
+    above = "-" if f["gradient_above"] is None else f"{100 * f['gradient_above']:+.2f}%"
+    stuck = " / ".join(f"{f['at_optimum'][m]}/{f['pairs']}" for m in METHODS[1:])
+    out.append(f"| {f['name']} | {f['floor']:.2f} | "
+               f"{'an optimum (a plan)' if f['exact'] else 'a bound'} | {above} | {stuck} |")
   return out
 
 
-def _summary(rows: list[dict]) -> list[str]:
-  wins = {m: 0 for m in METHODS}
-  beats = {m: 0 for m in METHODS[1:]}
-  strict = {m: 0 for m in METHODS[1:]}
+def comparison(rows: list[dict]) -> dict[str, dict]:
+  """Per method over the seed-job pairs ``rows``: ``wins``, the pairs where it
+  finds the best plan (ties count for each); for each baseline also
+  ``strict`` and ``at_least``, the pairs where the gradient search is strictly
+  better / at least as good, and ``median_gap`` and ``least_gap`` (the one
+  most in the baseline's favour) of the gap, the baseline's step time / the
+  gradient search's - 1."""
+  out = {m: {"wins": 0} for m in METHODS}
+  for m in METHODS[1:]:
+    out[m].update(strict=0, at_least=0)
   gaps = {m: [] for m in METHODS[1:]}
   for r in rows:
     best = min(r[m] for m in METHODS)
     for m in METHODS:
-      if r[m] <= best * (1 + 1e-6):
-        wins[m] += 1
+      out[m]["wins"] += int(r[m] <= best * (1 + 1e-6))
     for m in METHODS[1:]:
-      beats[m] += r["gradient"] <= r[m] * (1 + 1e-6)
-      strict[m] += r["gradient"] < r[m] * (1 - 1e-6)
+      out[m]["at_least"] += int(r["gradient"] <= r[m] * (1 + 1e-6))
+      out[m]["strict"] += int(r["gradient"] < r[m] * (1 - 1e-6))
       gaps[m].append(r[m] / r["gradient"] - 1 if np.isfinite(r["gradient"]) else np.nan)
+  for m in METHODS[1:]:
+    out[m]["median_gap"] = float(np.nanmedian(gaps[m]))
+    out[m]["least_gap"] = float(np.nanmin(gaps[m]))
+  return out
+
+
+def _summary(rows: list[dict]) -> list[str]:
   n = len(rows)
   out = ["| method | pairs where it finds the best plan (ties count for each) | gradient "
          "search strictly better / at least as good (share of pairs) | median gap to the "
          "gradient search | most in its favour |", "|---|---:|---:|---:|---:|"]
-  for m in METHODS:
+  for m, c in comparison(rows).items():
     if m == "gradient":
-      out.append(f"| gradient search | {wins[m]}/{n} | - | - | - |")
+      out.append(f"| gradient search | {c['wins']}/{n} | - | - | - |")
     else:
-      g = np.asarray(gaps[m])
-      out.append(f"| {m} | {wins[m]}/{n} | {strict[m] / n:.0%} / {beats[m] / n:.0%} | "
-                 f"{100 * np.nanmedian(g):+.2f}% | {100 * np.nanmin(g):+.2f}% |")
+      out.append(f"| {m} | {c['wins']}/{n} | {c['strict'] / n:.0%} / {c['at_least'] / n:.0%} "
+                 f"| {100 * c['median_gap']:+.2f}% | {100 * c['least_gap']:+.2f}% |")
   return out
 
 

@@ -27,6 +27,28 @@ def test_every_exported_name_imports_and_is_documented(package):
     assert namespace[name] is obj
 
 
+@pytest.mark.parametrize("package", PACKAGES + ("costmodel.plot", "costmodel.validation"))
+def test_all_lists_exactly_the_public_namespace(package):
+  """``__all__`` is the package's public namespace: every listed name is
+  defined, and every public name the package defines or re-exports from this
+  project is listed (imports of third-party helpers, such as ``typing`` names,
+  and submodules not listed are not part of the API)."""
+  module = importlib.import_module(package)
+  listed = set(module.__all__)
+  assert listed <= set(vars(module)), sorted(listed - set(vars(module)))
+  own = ("costmodel", "search", "export")
+  public = set()
+  for name, obj in vars(module).items():
+    if name.startswith("_") or inspect.ismodule(obj):
+      continue
+    origin = getattr(obj, "__module__", None)
+    if origin is None or origin.split(".")[0] in own:  # constants have no __module__
+      public.add(name)
+  assert public - listed == set(), f"{package}: public but not in __all__"
+  # Every listed name but the submodules is one of those.
+  assert {n for n in listed if not inspect.ismodule(getattr(module, n))} <= public
+
+
 def test_costmodel_exports_the_documented_api():
   for name in ("estimate", "validate_plan", "Plan", "Pool", "RolePlan", "Mode", "Parallel",
                "Engine", "RLJob", "ResponseLength", "Cluster", "Hardware", "Efficiency",

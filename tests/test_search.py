@@ -31,11 +31,6 @@ def enumerated(search_job, cluster_2x8, compact_space):
                                 chunk_size=16384)
 
 
-def test_public_names():
-  for name in search.__all__:
-    assert getattr(search, name) is not None, name
-
-
 def test_result_fields(split_search):
   assert split_search.feasible and split_search.family == FAMILY
   assert split_search.best_plan == split_search.top[0][0]
