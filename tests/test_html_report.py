@@ -20,7 +20,8 @@ import export
 import search
 from search._src import html_report
 
-CHROMIUM = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)),
+CHROMIUM = next((b for b in ("chromium", "chromium-browser", "google-chrome",
+                              "chromium-headless-shell") if shutil.which(b)),
                 None)
 
 
@@ -83,7 +84,7 @@ def test_page_holds_the_plan_settings_per_framework_and_rules():
   assert "actor_update" in page and "lower bound" in page  # the estimate's table
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (apt-get install chromium)")
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (apt-get install chromium-headless-shell)")
 def test_page_loads_in_headless_chromium(tmp_path):
   probe = ("<script>addEventListener('load', () => document.body.setAttribute('data-images', "
            "JSON.stringify([...document.images].map(i => [i.alt, i.complete, i.naturalWidth, "
