@@ -41,6 +41,7 @@ from costmodel._src.specs.hardware import Hardware
 from costmodel._src.specs.job import ResponseLength
 from costmodel._src.specs.job import RLJob
 from costmodel._src.specs.layout import Engine
+from costmodel._src.specs.speculative import Speculative
 from costmodel._src.specs.layout import Parallel
 from costmodel._src.specs.model import ModelSpec
 from costmodel._src.specs.multiturn import MultiTurn
@@ -90,6 +91,7 @@ __all__ = (
     "ResponseLength",
     "RolePlan",
     "Rule",
+    "Speculative",
     "StageTimes",
     "build_plan",
     "calibrate",

@@ -46,7 +46,8 @@ def _fields(obj) -> dict[str, Any]:
 
 
 # Fields that hold a small spec dataclass of their own, written as a dict.
-_NESTED = {"precision": cm.Precision, "lora": cm.LoRA, "multi_turn": cm.MultiTurn}
+_NESTED = {"precision": cm.Precision, "lora": cm.LoRA, "multi_turn": cm.MultiTurn,
+           "speculative": cm.Speculative}
 
 
 def _build(cls, d: dict, where: str, **nested):

@@ -15,6 +15,7 @@ import numpy as np
 
 from costmodel._src import pytree
 from costmodel._src.specs.precision import Precision
+from costmodel._src.specs.speculative import Speculative
 
 RECOMPUTE = {"none": 0, "selective": 1, "full": 2}
 SYNC_BACKENDS = ("per_tensor", "bucketed", "reshard", "ipc")
@@ -161,6 +162,8 @@ class Engine:
       all-to-all (wide EP when ``tp`` spans nodes). For MLA, whose latent KV
       TP would replicate, concurrency grows about ``tp``-fold.
     precision: Formats of weights, GEMMs and KV (static; :class:`Precision`).
+    speculative: Speculative decoding (:class:`Speculative`: draft kind, draft
+      tokens per step, acceptance rate); None decodes one token per step.
     max_batched_tokens: Tokens of one engine step (vLLM's
       ``max_num_batched_tokens``; static): sizes the profile run's activation
       peak that vLLM keeps out of the KV cache
@@ -180,6 +183,7 @@ class Engine:
   dp_attention: jax.Array | float = 0.0
   precision: Precision = pytree.static_field(default=Precision())
   max_batched_tokens: float | None = pytree.static_field(default=None)
+  speculative: Speculative | None = None
 
   def __post_init__(self):
     if isinstance(self.dp_attention, (bool, np.bool_)):
@@ -188,6 +192,7 @@ class Engine:
                           max_seqs=self.max_seqs)
     pytree.check_one_of("Engine", (0, 1), dp_attention=self.dp_attention)
     pytree.check_instance("Engine", Precision, precision=self.precision)
+    pytree.check_instance("Engine", Speculative, optional=True, speculative=self.speculative)
     pytree.check_fraction("Engine", memory_fraction=self.memory_fraction)
     pytree.check_one_of("Engine", SYNC_BACKENDS, sync_backend=self.sync_backend)
     if self.max_batched_tokens is not None:

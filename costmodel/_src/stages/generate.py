@@ -56,6 +56,7 @@ from costmodel._src.specs.model import ModelSpec
 from costmodel._src.stages import common
 from costmodel._src.stages import infer as infer_lib
 from costmodel._src.stages import kv_state
+from costmodel._src.stages import speculative
 
 # The engine's memory besides weights and KV cache, when its token budget is
 # not given (``Engine.max_batched_tokens`` None): activations, sampler buffers.
@@ -153,8 +154,11 @@ def _engine_work(model, engine, tokens, ctx, param_bytes, lm_head, pp):
                                    param_bytes=param_bytes, lm_head=lm_head), engine.ep))
 
 
-def decode_round(model, job, engine, cluster, eff, batch, ctx, tau=0.0):
+def decode_round(model, job, engine, cluster, eff, batch, ctx, tau=0.0, tokens_per_seq=1.0):
   """One decode round (all ``batch`` sequences advance one token) of an engine.
+
+  ``tokens_per_seq`` > 1 is a speculative verify pass: that many tokens per
+  sequence through the GEMMs and attention, the KV cache read once.
 
   Returns:
     (compute_s, memory_s, comm_s) of the round, without the engine's
@@ -164,7 +168,7 @@ def decode_round(model, job, engine, cluster, eff, batch, ctx, tau=0.0):
   tp, pp = engine.tp, engine.pp
   mb = batch / pp
   param_bytes, kv_b = engine_bytes(job, engine)
-  w, ep = _engine_work(model, engine, mb, ctx, param_bytes, True, pp)
+  w, ep = _engine_work(model, engine, mb * tokens_per_seq, ctx, param_bytes, True, pp)
   kv_read = mb * kv_state.kv_read_bytes_per_gpu(model, engine, kv_b, ctx)
   attn_s = roofline.compute_time(w.attention_flops, w.rows, hw, eff)
   rf = common.gemm_roofline(w, hw, eff, 1.0, tau, dtype=engine.precision.compute,
@@ -269,7 +273,8 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
 
   # Memory and concurrency.
   param_b, kv_b = engine_bytes(job, engine)
-  weights = engine_weight_bytes(model, engine, param_b)
+  weights = (engine_weight_bytes(model, engine, param_b)
+             + speculative.draft_weight_bytes_per_gpu(model, engine, param_b))
   kv_tok = kv_bytes_per_token_per_gpu(model, engine, kv_b)
   if engine.memory_fraction is None:  # outside a plan: assume a shared pool
     engine = layout_lib.resolve_memory_fraction(engine, shared=True)
@@ -290,8 +295,9 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
   delta = ends - prev
   ctx = prompt + 0.5 * (ends + prev)
   batch = conc * alive
-  c_s, m_s, x_s = decode_round(model, job, engine, cluster, eff, batch, ctx, tau)
-  over = step_overhead_s(model, engine, cluster, eff, batch)
+  (c_s, m_s, x_s), per_step = speculative.decode_round(
+      decode_round, model, job, engine, cluster, eff, batch, ctx, tau)
+  over = step_overhead_s(model, engine, cluster, eff, batch) / per_step
   tail_parts = (jnp.sum(delta * c_s), jnp.sum(delta * m_s), jnp.sum(delta * x_s),
                 jnp.sum(delta * over))
   tail_mask = alive < 0.5
@@ -299,8 +305,9 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
 
   # Queue phase: the KV cache is full, concurrency stays at its peak.
   queue_steps = smooth.relu(n_r - conc, n_r, tau) * mean_resp / conc
-  qc, qm, qx = decode_round(model, job, engine, cluster, eff, conc, ctx_running, tau)
-  q_over = step_overhead_s(model, engine, cluster, eff, conc)
+  (qc, qm, qx), q_per_step = speculative.decode_round(
+      decode_round, model, job, engine, cluster, eff, conc, ctx_running, tau)
+  q_over = step_overhead_s(model, engine, cluster, eff, conc) / q_per_step
   queue_parts = (queue_steps * qc, queue_steps * qm, queue_steps * qx, queue_steps * q_over)
 
   # Prefill: compute bound, once per prompt with prefix caching.
@@ -327,9 +334,10 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
   kv_stream = n_seq * mean_resp * mixers.kv_read_bytes(model, ctx_running, kv_b)
   work = smooth.smax(total_flops / (hw.peak_flops_per_s * hw.matmul_efficiency_max),
                      kv_stream / (hw.hbm_bandwidth_bytes_per_s * hw.hbm_efficiency_max), tau)
-  one = decode_round(model, job, engine, cluster, eff, jnp.ones(()), prompt + 0.5 * max_resp, tau)
-  depth = max_resp * (one[0] + one[1] + one[2] + step_overhead_s(model, engine, cluster, eff,
-                                                                  jnp.ones(())))
+  one, one_per_step = speculative.decode_round(
+      decode_round, model, job, engine, cluster, eff, jnp.ones(()), prompt + 0.5 * max_resp, tau)
+  depth = max_resp * (one[0] + one[1] + one[2] + step_overhead_s(
+      model, engine, cluster, eff, jnp.ones(())) / one_per_step)
 
   # One request may reach the cap.
   min_kv = kv_state.seq_cache_bytes_per_gpu(model, engine, kv_b, prompt + cap_resp)

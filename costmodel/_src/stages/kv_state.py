@@ -24,6 +24,7 @@ from costmodel._src.ops import smooth
 from costmodel._src.specs import mixers
 from costmodel._src.specs.layout import Engine
 from costmodel._src.specs.model import ModelSpec
+from costmodel._src.stages import speculative
 
 
 def _divisors(model: ModelSpec, engine: Engine):
@@ -47,10 +48,14 @@ def _split(model: ModelSpec, engine: Engine, total, state):
 
 
 def seq_cache_bytes_per_gpu(model: ModelSpec, engine: Engine, kv_bytes: float, length):
-  """Cache bytes one GPU of the engine holds for one sequence of ``length`` tokens."""
+  """Cache bytes one GPU of the engine holds for one sequence of ``length`` tokens.
+
+  With speculative decoding the draft's KV cache per token comes on top.
+  """
   total = mixers.seq_cache_bytes(model, length, kv_bytes)
   state = mixers.state_bytes_per_seq(model, kv_bytes)
-  return _split(model, engine, total, state)
+  draft = speculative.draft_kv_bytes_per_token_per_gpu(model, engine, kv_bytes) * length
+  return _split(model, engine, total, state) + draft
 
 
 def kv_read_bytes_per_gpu(model: ModelSpec, engine: Engine, kv_bytes: float, context):
