@@ -10,7 +10,8 @@ checkout) and never copied into this repository:
 
 Each file is imported with ``export.read_config(framework, path,
 response_mean=R)`` and nothing else (R: 1,000 tokens, or half the run's
-maximum response when that is shorter), as ``rlcost-estimate --from_<fw> FILE
+maximum response when that is shorter, or the smallest mean the cost model's
+response bins allow under a very long maximum), as ``rlcost-estimate --from_<fw> FILE
 --response_mean R`` does. A file is *imported*, *refused* (the one-line reason)
 or *not RL* (an SFT, DPO, reward-model or generation run: not counted). For each
 import, the facts the file states (GPU count, training backend, parallel
@@ -87,8 +88,9 @@ def check_file(framework: str, root: str, rel: str) -> dict:
       imp = export.read_config(framework, path, response_mean=mean)
     except ValueError as e:
       m = re.search(r"\[1, max_response=(\d+)\]", str(e))
-      if m and mean == RESPONSE_MEAN:
-        mean = max(1, int(m.group(1)) // 2)
+      low = re.search(r"mean=[\d.]+ is below (\d+), the smallest mean", str(e))
+      if (m or low) and mean == RESPONSE_MEAN:
+        mean = max(1, int(m.group(1)) // 2) if m else int(low.group(1)) + 1
         continue
       return {"file": rel, "status": "refused", "why": str(e).splitlines()[0], "lost": []}
     break
@@ -124,7 +126,7 @@ def main(argv=None) -> int:
            f"Written by `tools/corpus_check.py` on {datetime.date.today().isoformat()} at rlcost "
            f"{rlcost}: every RL example script and config each framework ships at the commit "
            "its exporter pins, imported with the file and `--response_mean` only "
-           f"({RESPONSE_MEAN} tokens, or half the maximum response when shorter). *Facts lost* "
+           f"({RESPONSE_MEAN} tokens; half the maximum response when that is shorter; the smallest mean the response bins allow when that is longer). *Facts lost* "
            "counts imports whose GPU count, training backend, parallel degrees, LoRA rank or "
            "token budgets differ from what the file states.", "",
            "| framework | commit | RL examples | imported | refused | facts lost |",

@@ -43,8 +43,21 @@ def read_source(source: Any) -> dict[str, Any]:
   return compose.read(source, FW, inherit=False)
 
 
+_HYBRID = re.compile(r"(megatron):\(attn:((?:[a-z][1-9][0-9]*)+)\|ffn:((?:[a-z][1-9][0-9]*)+)\)")
+
+
+def _dims(text: str) -> dict[str, int]:
+  return {k: int(x) for k, x in re.findall(r"([a-z])([0-9]+)", text)}
+
+
 def _backend(o: dict, key: str) -> tuple[str, dict[str, int]]:
   v = o.get(key)
+  h = _HYBRID.fullmatch(v) if isinstance(v, str) else None
+  if h:  # alloc_mode.py's hybrid MoE layout: attention d/p/t/c, experts e and their own t
+    attn, ffn = _dims(h.group(2)), _dims(h.group(3))
+    if ffn.get("p", 1) != attn.get("p", 1):
+      raise ValueError(f"{FW}: {key}={v!r}: attention and experts must share the pipeline")
+    return h.group(1), {**attn, "e": ffn.get("e", 1), "etp": ffn.get("t", 1)}
   m = _BACKEND.fullmatch(v) if isinstance(v, str) else None
   if m is None:
     raise ValueError(f"{FW}: {key}={v!r} is not a backend string like 'sglang:d4t2' or "
@@ -61,6 +74,8 @@ def _layout(o: dict, role: str, samples: int, trained: bool,
   tp, pp, cp, ep = (dims.get(k, 1) for k in "tpce")
   gpus = dims.get("d", 1) * pp * tp * cp
   f: dict[str, Any] = dict(tp=tp, pp=pp, cp=cp, ep=ep, swap=float(flag(o, f"{role}.offload", FW)))
+  if "etp" in dims:
+    f["etp"] = dims["etp"]
   m = f"{role}.megatron"
   if kind == "fsdp":
     f.update(zero_stage=3, offload=float(flag(o, f"{role}.fsdp.offload_params", FW)),
@@ -100,10 +115,13 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   o = importing.Tracked(read_source(source))
   algorithm = _algorithm(o)
   groups = number(o, "train_dataset.batch_size", FW)
+  notes: list[str] = []
   if algorithm == "dapo" and "oversample" not in missing:
-    raise ValueError(f"{FW}: dynamic_bs=True generates train_dataset.batch_size={groups} groups "
-                     "a step and keeps those the filter passes; pass oversample=<generated / "
-                     "kept> (--oversample): no config states the keep rate")
+    # dynamic_bs generates batch_size groups a step and trains on those the filter keeps;
+    # no config states the keep rate: every group is assumed kept (the most training)
+    missing = {**missing, "oversample": 1.0}
+    notes.append(f"dynamic_bs: the share of the {groups} groups the filter keeps is not "
+                 "stated; all assumed kept (oversample=)")
   g = importing.given(FW, missing)
   prompts = round(groups / g.oversample) if algorithm == "dapo" else groups
   if algorithm == "dapo" and math.ceil(prompts * g.oversample - 1e-6) != groups:
@@ -113,7 +131,9 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   n = number(o, "gconfig.n_samples", FW, 1)
   use_ref = "ref.backend" in o
   job = importing.build_job(FW, g, algorithm, actor_model, prompts, n,
-                            number(o, "train_dataset.max_length", FW),
+                            number(o, "train_dataset.max_length", FW)
+                            if o.get("train_dataset.max_length") is not None else
+                            importing.unstated_prompt(g, "no train_dataset.max_length", notes),
                             number(o, "gconfig.max_new_tokens", FW),
                             number(o, "actor.ppo_n_minibatches", FW, 1), 1, use_ref, reward=False)
   samples = prompts * n
@@ -146,7 +166,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   nodes, per_node = number(o, "cluster.n_nodes", FW, 1), number(o, "cluster.n_gpus_per_node", FW, 8)
   cluster = importing.build_cluster(g, [(nodes, per_node)])
   cm.validate_plan(plan, job, cluster)
-  return importing.imported(job, plan, cluster, o, _RELEVANT)
+  return importing.imported(job, plan, cluster, o, _RELEVANT, tuple(notes))
 
 
 # Keys a cost could depend on: set but read by no rule above, they are listed as not modelled.

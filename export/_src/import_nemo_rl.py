@@ -169,7 +169,9 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   pools = {}
   c = "policy.generation.colocated.resources"
   if not colocated:
-    pools["gen"] = number(o, f"{c}.num_nodes", FW) * number(o, f"{c}.gpus_per_node", FW)
+    # grpo.py setup: on a one-node cluster a null num_nodes is that node
+    gen_nodes = number(o, f"{c}.num_nodes", FW, 1 if nodes == 1 else None)
+    pools["gen"] = gen_nodes * number(o, f"{c}.gpus_per_node", FW)
   if reward:
     rm = "env.reward_model"
     pools["rm"] = (number(o, f"{rm}.resources.num_nodes", FW)

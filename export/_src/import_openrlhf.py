@@ -34,6 +34,8 @@ from export._src.importing import number
 
 FW = "OpenRLHF"
 _ALGORITHM = {"gae": "ppo", "group_norm": "grpo", "reinforce": "reinforce_pp", "rloo": "rloo"}
+# reinforce_baseline and dr_grpo of openrlhf/cli/train_ppo_ray.py @3c3be62: group baselines.
+_ALIKE = {"reinforce_baseline": "reinforce_pp", "dr_grpo": "grpo"}
 _NO_SP = ("sequence_parallel",)
 UNEXPRESSED = {"actor.train": _NO_SP, "actor.infer": _NO_SP, "critic.train": _NO_SP,
                "critic.infer": _NO_SP + ("zero_stage", "recompute", "offload"),
@@ -44,7 +46,8 @@ _SWITCHES = frozenset({
     "--vllm.enable_prefix_caching", "--vllm.enable_sleep", "--ds.enable_sleep",
     "--ds.packing_samples", "--ds.adam_offload", "--vllm.enforce_eager",
     "--actor.gradient_checkpointing_enable", "--ref.offload", "--reward.offload",
-    "--algo.dynamic_filtering_enable", "--train.async_enable", "--train.partial_rollout_enable"})
+    "--algo.dynamic_filtering_enable", "--train.async_enable", "--train.partial_rollout_enable",
+    "--train.dynamic_batch_enable"})
 
 
 def read_source(source: Any) -> dict[str, Any]:
@@ -67,13 +70,18 @@ def read(source: Any, **missing: Any) -> importing.Imported:
     ValueError: naming the flag and its value where the argv is not a run
       the cost model can read, or the keyword of a fact it lacks.
   """
-  o = read_source(source)
+  o = importing.Tracked(read_source(source))
   g = importing.given(FW, missing)
-  algorithm = choice(o, "algo.advantage.estimator", FW, _ALGORITHM, "gae")
+  notes: list[str] = []
+  algorithm = importing.estimator(o, "algo.advantage.estimator", FW, _ALGORITHM, _ALIKE, "gae",
+                                  notes)
   if o.get("algo.dynamic_filtering_enable"):
-    if algorithm != "grpo":
+    if algorithm == "ppo":
       raise ValueError(f"{FW}: algo.dynamic_filtering_enable with algo.advantage.estimator="
-                       f"{o['algo.advantage.estimator']!r}: the cost model's DAPO is group_norm")
+                       "'gae': the cost model's DAPO is critic-free")
+    if algorithm != "grpo":
+      notes.append(f"algo.dynamic_filtering_enable with {algorithm}: costed as DAPO (the same "
+                   "stages as group_norm with the filter)")
     algorithm = "dapo"
   actor = importing.model_spec(g.model, "model", o.get("actor.model_name_or_path"))
   prompts = number(o, "rollout.batch_size", FW, 1024)
@@ -91,9 +99,12 @@ def read(source: Any, **missing: Any) -> importing.Imported:
                      f"rollout.n_samples_per_prompt = {samples}")
   use_ref = float(number(o, "algo.kl.init_coef", FW, 0.01, kind=float, minimum=None)) != 0.0
   reward = "reward.model_name_or_path" in o or "reward.num_nodes" in o
+  rank = number(o, "ds.lora.rank", FW, 0, minimum=0)
   job = importing.build_job(FW, g, algorithm, actor, prompts, n, prompt_len, max_response,
                             samples // train_batch, number(o, "train.max_epochs", FW, 1), use_ref,
-                            reward)
+                            reward, cm.LoRA(rank=float(rank), shared_reference=False)
+                            if rank else None)
+  seq = prompt_len + float(g.response_mean)
 
   train = cm.Parallel(
       tp=float(number(o, "ds.tensor_parallel_size", FW, 1)),
@@ -102,8 +113,8 @@ def read(source: Any, **missing: Any) -> importing.Imported:
       offload=1.0 if o.get("ds.adam_offload") else 0.0,
       swap=1.0 if o.get("ds.enable_sleep") else 0.0,
       recompute=2.0 if o.get("actor.gradient_checkpointing_enable") else 0.0,
-      micro_batch=float(number(o, "train.micro_batch_size", FW, 1)))
-  infer = train.replace(micro_batch=float(number(o, "rollout.micro_batch_size", FW, 1)))
+      micro_batch=_micro(o, "train", seq))
+  infer = train.replace(micro_batch=_micro(o, "rollout", seq))
   staleness = number(o, "train.async_queue_size", FW, 1) if o.get("train.async_enable") else 0
   mode = cm.Mode(staleness=staleness, partial_rollout=bool(o.get("train.partial_rollout_enable")))
   colocate_all = bool(o.get("train.colocate_all"))
@@ -152,4 +163,21 @@ def read(source: Any, **missing: Any) -> importing.Imported:
                  mode=mode)
   cluster = importing.build_cluster(g, list(groups.values()), gen)
   cm.validate_plan(plan, job, cluster)
-  return importing.Imported(job, plan, cluster)
+  return importing.imported(job, plan, cluster, o, _RELEVANT, tuple(notes))
+
+
+# Flags a cost could depend on: set but read by no rule above, they are listed as not modelled.
+_RELEVANT = (r"num_nodes|num_gpus_per_node|num_engines|parallel_size|ring_attn|zero_stage|"
+             r"offload|sleep|micro_batch|max_tokens|dynamic_batch|lora\.rank|"
+             r"gpu_memory_utilization|enforce_eager|colocate|async|partial_rollout|"
+             r"gradient_checkpointing|packing")
+
+
+def _micro(o: dict, phase: str, seq: float) -> float:
+  """``--{phase}.micro_batch_size``, or with ``--train.dynamic_batch_enable`` the samples that
+  fill ``--{phase}.max_tokens_per_gpu`` (rollout's defaults to train's, as the parser sets)."""
+  if o.get("train.dynamic_batch_enable"):
+    key = f"{phase}.max_tokens_per_gpu"
+    key = key if o.get(key) is not None else "train.max_tokens_per_gpu"
+    return float(max(1, int(number(o, key, FW, 16192) // seq)))
+  return float(number(o, f"{phase}.micro_batch_size", FW, 1))

@@ -33,6 +33,8 @@ from export._src.importing import number
 
 FW = "slime"
 _ALGORITHM = {"grpo": "grpo", "ppo": "ppo", "reinforce_plus_plus": "reinforce_pp"}
+# The other estimators of slime/utils/arguments.py @624b824: critic-free group baselines.
+_ALIKE = {"gspo": "grpo", "cispo": "grpo", "reinforce_plus_plus_baseline": "reinforce_pp"}
 _RECOMPUTE = {None: 0.0, "selective": 1.0, "full": 2.0}
 UNEXPRESSED = {"reference.infer": ("zero_stage", "recompute")}
 _SWITCHES = frozenset({
@@ -117,7 +119,8 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   """
   script, o = read_source(source)
   o = importing.Tracked(o)
-  algorithm = choice(o, "advantage-estimator", FW, _ALGORITHM, "grpo")
+  notes: list[str] = []
+  algorithm = importing.estimator(o, "advantage-estimator", FW, _ALGORITHM, _ALIKE, "grpo", notes)
   prompts = number(o, "rollout-batch-size", FW)
   if o.get("dynamic-sampling-filter-path"):
     if algorithm != "grpo":
@@ -128,7 +131,6 @@ def read(source: Any, **missing: Any) -> importing.Imported:
       gen = number(o, "over-sampling-batch-size", FW, prompts)
       missing = {**missing, "oversample": gen / prompts}
   g = importing.given(FW, missing)
-  notes: list[str] = []
   path = o.get("hf-checkpoint")
   actor = (None if g.model is not None else
            megatron_model.model_from_flags(o, str(path or "model").rstrip("/").rsplit("/", 1)[-1],

@@ -37,6 +37,11 @@ from export._src.importing import number
 FW = "veRL"
 _ALGORITHM = {"gae": "ppo", "grpo": "grpo", "reinforce_plus_plus": "reinforce_pp",
               "rloo": "rloo", "remax": "remax"}
+# The other estimators of verl/trainer/ppo/core_algos.py @1dda039 (AdvantageEstimator),
+# all critic-free group baselines.
+_ALIKE = {"reinforce_plus_plus_baseline": "reinforce_pp", "rloo_vectorized": "rloo",
+          **{k: "grpo" for k in ("opo", "grpo_passk", "gpg", "grpo_vectorized", "gdpo",
+                                 "optimal_token_baseline", "tir_optimal_token_baseline")}}
 _RECOMPUTE = {None: 0, "selective": 1, "full": 2}
 # Defaults of _generated_ppo_trainer.yaml at 1dda039 for the keys read here.
 _ROLLOUT_DEFAULTS = {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 1,
@@ -184,7 +189,9 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   o = importing.Tracked(read_source(source))
   g = importing.given(FW, missing)
   a, r = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
-  algorithm = choice(o, "algorithm.adv_estimator", FW, _ALGORITHM, "gae")
+  notes: list[str] = []
+  algorithm = importing.estimator(o, "algorithm.adv_estimator", FW, _ALGORITHM, _ALIKE, "gae",
+                                  notes)
   if flag(o, "algorithm.filter_groups.enable", FW):
     algorithm = "dapo"
   actor_model = importing.model_spec(g.model, "model", o.get("actor_rollout_ref.model.path"))
@@ -295,7 +302,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
                  rollout_pool=rollout_pool, mode=mode)
   cluster = importing.build_cluster(g, groups)
   cm.validate_plan(plan, job, cluster)
-  return importing.imported(job, plan, cluster, o, _RELEVANT)
+  return importing.imported(job, plan, cluster, o, _RELEVANT, tuple(notes))
 
 
 # Keys a cost could depend on: set but read by no rule above, they are listed as not modelled.

@@ -284,6 +284,19 @@ def choice(settings: dict, key: str, framework: str, table: dict, default: Any =
   return table[v]
 
 
+def estimator(settings: dict, key: str, framework: str, exact: dict, alike: dict,
+              default: str, notes: list) -> str:
+  """The cost model's algorithm of the framework's advantage estimator ``settings[key]``:
+  ``exact[v]``, or ``alike[v]`` (an estimator with the same stages: a critic-free advantage
+  from the rewards of a prompt's samples), which goes in ``notes``."""
+  v = settings.get(key, default)
+  if v in alike:
+    notes.append(f"{key}={v}: costed as {alike[v]} (the same stages; its advantage "
+                 "arithmetic is not modelled)")
+    return alike[v]
+  return choice(settings, key, framework, exact, default)
+
+
 def build_job(framework: str, g: Given, algorithm: str, actor: cm.ModelSpec, prompts: int,
               n: int, prompt_len: int, max_response: int, mini_batches: int, ppo_epochs: int,
               use_reference: bool, reward: bool, lora: cm.LoRA | None = None) -> cm.RLJob:

@@ -275,6 +275,9 @@ class Shell:
       if not empty:
         return v
       d = self.expand_joined(arg)
+      if v is None and d == "":  # ${X:-}: X comes from the environment
+        self.unresolved.add(name)
+        d = Unknown(f"${{{name}}}")
       if o.endswith("="):
         self.vars[name] = d
       return d
@@ -540,7 +543,10 @@ class Shell:
       c0, _ = cond
       cw = [(list(cmds[c0][0][1:]), cmds[c0][1])] + list(cmds[c0 + 1:b0])
       ok = self.condition(cw)
-      if ok is None:
+      if ok is None and any(w[:1] == ["exit"] for w, _ in cmds[b0:b1]):
+        ok = False  # an undecided test guarding an exit: the run goes on (the script's path)
+        self.notes.append(f"the test {' '.join(cw[0][0])!r} is undecided: its exit is skipped")
+      elif ok is None:
         self.notes.append(f"the test {' '.join(cw[0][0])!r} is undecided: its branch is taken")
       if ok is not False:
         self.block(cmds, b0, b1)
@@ -714,6 +720,11 @@ class Shell:
       for w in words[1:]:
         self.vars.pop(w, None)
       return True
+    inner = next((k for k in range(len(words) - 2)
+                  if words[k] in ("bash", "sh") and words[k + 1] == "-c"), None)
+    if inner is not None:  # [srun ...] bash -c "script": the script's commands
+      self.run(words[inner + 2])
+      return None
     if cmd in ("source", "."):
       return self.source(words[1] if len(words) > 1 else "")
     if cmd == "exit" and self.out is None:
@@ -798,6 +809,8 @@ class Shell:
 
 
 def _test(args) -> bool | None:
+  if len(args) == 2 and args[0] in ("-z", "-n") and isinstance(args[1], Unknown):
+    return args[0] == "-n"  # a variable from the environment is taken to be set
   if any(isinstance(a, Unknown) for a in args):
     return None
   if args[:1] == ["!"]:
