@@ -232,8 +232,10 @@ def test_areal_yaml_file_and_dapo_keep_rate(tmp_path):
   # 192 groups a step at a keep rate of 1 / 1.5: 128 prompts.
   assert float(back.job.prompts_per_step) == 128.0 and float(back.job.oversample) == 1.5
   del kw["oversample"]
-  with pytest.raises(ValueError, match="pass oversample="):
-    export.read_config("areal", str(path), **kw)
+  # no config states the keep rate: every group is taken as kept, and the import says so
+  kept = export.read_config("areal", str(path), **kw)
+  assert float(kept.job.prompts_per_step) == 192.0 and float(kept.job.oversample) == 1.0
+  assert any("oversample=" in n for n in kept.not_modelled)
 
 
 def test_openrlhf_adam_offload_round_trip():
