@@ -38,6 +38,7 @@ from costmodel._src.specs.constraints import rule_mask
 from costmodel._src.specs.constraints import rule_penalty
 from costmodel._src.specs.constraints import rule_violations
 from costmodel._src.specs.hardware import Hardware
+from costmodel._src.specs.job import ALGORITHMS
 from costmodel._src.specs.job import ResponseLength
 from costmodel._src.specs.job import RLJob
 from costmodel._src.specs.layout import Engine
@@ -68,6 +69,7 @@ from costmodel._src.step.estimate import stage_names
 from costmodel._src.step.result import Estimate
 
 __all__ = (
+    "ALGORITHMS",
     "CalibrationResult",
     "Case",
     "Cluster",

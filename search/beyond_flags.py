@@ -16,26 +16,29 @@ Bad values print one line naming the flag and exit with status 2.
 
 from __future__ import annotations
 
-import sys
-
 from absl import flags
 
 import costmodel as cm
+from search._src import cli
 from search._src import mixed as mixed_lib
 from search._src import sizing
 from search._src import sizing_search
 
-_LORA_RANK = flags.DEFINE_float("lora_rank", 0, "LoRA rank of the actor (0: full fine-tuning).")
+_LORA_RANK = flags.DEFINE_integer("lora_rank", 0, "LoRA rank of the actor (0: full fine-tuning).",
+                                  lower_bound=0)
 _LORA_TARGETS = flags.DEFINE_list("lora_targets", list(cm.LoRA().targets),
                                   "LoRA target layers (q, k, v, o, gate, up, down).")
 _LORA_SYNC = flags.DEFINE_enum("lora_sync", "adapters", ["adapters", "merged"],
                                "What the weight sync of a LoRA actor moves.")
-_TURNS = flags.DEFINE_integer("turns", 1, "Model turns per episode (> 1: agentic episodes).")
+_TURNS = flags.DEFINE_integer("turns", 1, "Model turns per episode (> 1: agentic episodes).",
+                              lower_bound=1)
 _TOOL_MEAN = flags.DEFINE_float("tool_latency_s_mean", 1.0, "Mean tool-call latency, s.")
 _TOOL_MAX = flags.DEFINE_float("tool_latency_s_max", 5.0, "Slowest tool call of a round, s.")
 _ENV_CPU = flags.DEFINE_float("env_cpu_s", 0.1, "CPU seconds per tool call.")
-_ENV_CORES = flags.DEFINE_integer("env_cores", 0, "Environment CPU cores (0: the cluster's).")
-_OBS = flags.DEFINE_float("observation_tokens", 256, "Tokens a tool call returns.")
+_ENV_CORES = flags.DEFINE_integer("env_cores", 0, "Environment CPU cores (0: the cluster's).",
+                                  lower_bound=0)
+_OBS = flags.DEFINE_integer("observation_tokens", 256, "Tokens a tool call returns.",
+                            lower_bound=0)
 _NO_KV_REUSE = flags.DEFINE_bool("no_kv_reuse", False, "Prefill the whole context every turn.")
 _OVERLAP = flags.DEFINE_bool("overlap_tools", False,
                              "Asynchronous episodes: decode others while one waits on a tool.")
@@ -57,27 +60,27 @@ _SIZING_SEARCH = flags.DEFINE_enum(
 _TYPE_PER_POOL = flags.DEFINE_bool(
     "size_type_per_pool", False, "With --sizing_search relaxed and --size_nodes: each pool "
     "picks its GPU type (a mixed cluster) instead of one type for the cluster.")
-_RELAXED_STARTS = flags.DEFINE_integer("sizing_starts", 8, "Relaxed sizing: starts per family.")
-_RELAXED_STEPS = flags.DEFINE_integer("sizing_steps", 120, "Relaxed sizing: optimisation steps.")
+_RELAXED_STARTS = flags.DEFINE_integer("sizing_starts", 8, "Relaxed sizing: starts per family.",
+                                       lower_bound=1)
+_RELAXED_STEPS = flags.DEFINE_integer("sizing_steps", 120, "Relaxed sizing: optimisation steps.",
+                                      lower_bound=1)
 
 
 def apply_job_flags(job: cm.RLJob) -> cm.RLJob:
-  """The job with the LoRA and multi-turn flags applied (a bad value prints
-  one line and exits with status 2)."""
+  """The job with the LoRA and multi-turn flags applied (a bad value is a
+  ValueError naming the flag)."""
   changes = {}
-  try:
-    if _LORA_RANK.value:
-      changes["lora"] = cm.LoRA(_LORA_RANK.value, targets=tuple(_LORA_TARGETS.value),
+  if _LORA_RANK.value:
+    with cli.flag("lora_targets"):
+      changes["lora"] = cm.LoRA(float(_LORA_RANK.value), targets=tuple(_LORA_TARGETS.value),
                                 sync=_LORA_SYNC.value)
-    if _TURNS.value != 1:
+  if _TURNS.value != 1:
+    with cli.flag("turns"):
       changes["multi_turn"] = cm.MultiTurn(
           turns=_TURNS.value, tool_latency_s_mean=_TOOL_MEAN.value,
           tool_latency_s_max=_TOOL_MAX.value, env_cpu_s=_ENV_CPU.value,
-          observation_tokens=_OBS.value, env_cores=_ENV_CORES.value,
+          observation_tokens=float(_OBS.value), env_cores=_ENV_CORES.value,
           kv_reuse=not _NO_KV_REUSE.value, overlap_tools=_OVERLAP.value)
-  except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
   return job.replace(**changes) if changes else job
 
 
@@ -92,6 +95,8 @@ def _groups(items) -> dict:
     gpu, _, n = item.partition(":")
     if not n.isdigit() or int(n) < 1:
       raise ValueError(f"--mixed: {item!r} must read GPU:nodes with nodes >= 1")
+    with cli.flag("mixed"):
+      cm.hardware.get(gpu)
     out[gpu] = int(n)
   return out
 
@@ -107,27 +112,32 @@ def _nodes() -> list[int]:
 
 def run_cost(job: cm.RLJob, gpus_per_node: int) -> int:
   """Sizes the cluster or assigns mixed types; prints the result; exit status."""
-  try:
-    if not _PRICES.value:
-      raise ValueError("--prices is needed with --size_nodes or --mixed")
+  if not _PRICES.value:
+    raise ValueError("--prices: needed with --size_nodes or --mixed")
+  for name, v in (("target_step_s", _TARGET_STEP.value),
+                  ("target_samples_per_s", _TARGET_RATE.value),
+                  ("budget_per_hour", _BUDGET.value)):
+    if v is not None and not v > 0:
+      raise ValueError(f"--{name}: {v:g} must be > 0")
+  with cli.flag("prices"):
     prices = sizing.load_prices(_PRICES.value)
-    if _SIZING_SEARCH.value == "relaxed":
-      return _run_relaxed(job, prices, gpus_per_node)
-    if _MIXED.value:
-      groups = _groups(_MIXED.value)
-      result = mixed_lib.mixed_cluster(job, groups, {g: prices.get(g) for g in groups},
-                                       gpus_per_node)
-      print(mixed_lib.format_mixed(result))
-      return 0 if result.best is not None else 1
-    nodes = _nodes()
-    planner = mixed_lib.layouts_planner if _PLANNER.value == "layouts" else _PLANNER.value
-    res = sizing.size_cluster(job, prices, tuple(nodes), gpus_per_node,
-                              target_step_s=_TARGET_STEP.value,
-                              target_samples_per_s=_TARGET_RATE.value,
-                              budget_per_hour=_BUDGET.value, planner=planner)
-  except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+  for gpu in _groups(_MIXED.value or []):
+    if prices.get(gpu) is None:
+      raise ValueError(f"--mixed: {gpu} has no price in --prices={_PRICES.value}")
+  if _SIZING_SEARCH.value == "relaxed":
+    return _run_relaxed(job, prices, gpus_per_node)
+  if _MIXED.value:
+    groups = _groups(_MIXED.value)
+    result = mixed_lib.mixed_cluster(job, groups, {g: prices.get(g) for g in groups},
+                                     gpus_per_node)
+    print(mixed_lib.format_mixed(result))
+    return 0 if result.best is not None else 1
+  nodes = _nodes()
+  planner = mixed_lib.layouts_planner if _PLANNER.value == "layouts" else _PLANNER.value
+  res = sizing.size_cluster(job, prices, tuple(nodes), gpus_per_node,
+                            target_step_s=_TARGET_STEP.value,
+                            target_samples_per_s=_TARGET_RATE.value,
+                            budget_per_hour=_BUDGET.value, planner=planner)
   print(sizing.format_options(res.options, res.front))
   for tag, o in (("cheapest meeting the target", res.cheapest),
                  ("fastest within the budget", res.fastest)):

@@ -1,18 +1,25 @@
-"""Estimates the step of a given plan: from a plan file or a framework run.
+"""Estimates the step of a plan you have: a plan file or a framework's run.
 
 Prints the job, the plan, the stage breakdown and memory per GPU
-(``Estimate.summary()``); exits 1 when the plan does not fit, 2 on bad input.
+(``Estimate.summary()``). Exit status: 0 when the plan fits, 1 when it does
+not (naming the stage), 2 on bad input (one line on stderr).
 
+An imported run states its own model path, GPUs, batch and parallel
+settings; give what it does not: the mean response length (--response_mean),
+and where needed the model (--model or --config_json, when its path names no
+known architecture), the GPU type (--gpu) and the mean prompt length
+(--prompt_len, instead of its longest prompt).
+
+Examples:
   rlcost-estimate --plan plan.json
-  rlcost-estimate --from_verl overrides.txt --response_mean 900 --model qwen3-8b
-  python -m search.estimate_cli --from_nemo_rl grpo.yaml --response_mean 1200 \
-      --report step.html --out plan.json --export verl
+  rlcost-estimate --from_verl run.sh --response_mean 900 --model qwen3-8b --gpu H200
+  rlcost-estimate --from_nemo_rl grpo.yaml --response_mean 1200 --prompt_len 400
+  rlcost-estimate --from_slime run.sh --response_mean 900 --out plan.json --export verl,areal
 """
 
 from __future__ import annotations
 
 import os
-import sys
 
 from absl import flags
 
@@ -24,35 +31,29 @@ from search._src import html_report
 from search._src import report
 
 _PLAN = flags.DEFINE_string("plan", None, "Plan file (rlcost-plan --out) to estimate.")
-_MODEL = flags.DEFINE_string("model", None, "Actor preset, where the run's model path names none.")
-_CONFIG_JSON = flags.DEFINE_string("config_json", None,
-                                   "Hugging Face config.json of the actor (overrides --model).")
-_REWARD_MODEL = flags.DEFINE_string("reward_model", None, "Reward-model preset or config.json.")
-_GPU = flags.DEFINE_string("gpu", "H100", "Accelerator preset of an imported run.")
-_GPUS_PER_NODE = flags.DEFINE_integer("gpus_per_node", None,
-                                      "GPUs per node of an imported run's cluster.")
-_RESPONSE_MEAN = flags.DEFINE_float("response_mean", None,
-                                    "Mean response tokens (an imported run does not state it).")
-_OUT = flags.DEFINE_string("out", None, "Write the (imported) plan, job and estimate as JSON.")
 
 
 def _inputs() -> tuple[cm.RLJob, cm.Plan, cm.Cluster, str]:
   start = cli.source()
-  if (start is None) == (_PLAN.value is None):
-    raise ValueError("give one of --plan or --from_verl / --from_openrlhf / --from_nemo_rl / "
-                     f"--from_slime / --from_areal (got plan={_PLAN.value!r}, "
-                     f"from={start and start[0]!r})")
+  if start is None and _PLAN.value is None:
+    raise ValueError("--plan: give a plan file, or a run with --from_verl / --from_openrlhf / "
+                     "--from_nemo_rl / --from_slime / --from_areal")
+  if start is not None and _PLAN.value is not None:
+    raise ValueError(f"--plan: give a plan file or --from_{start[0]}, not both")
   if start is not None:
     imported = cli.import_run(*start)
     return imported.job, imported.plan, imported.cluster, f"{start[0]} run {start[1]}"
   if not os.path.isfile(_PLAN.value):
-    raise ValueError(f"--plan={_PLAN.value!r} is not a file")
-  pf = export.read_plan(_PLAN.value)
+    raise ValueError(f"--plan: {_PLAN.value!r} is not a file")
+  with cli.flag("plan"):
+    pf = export.read_plan(_PLAN.value)
   if pf.job is None or pf.cluster is None:
-    raise ValueError(f"--plan={_PLAN.value!r} holds no job or cluster; write it with "
+    raise ValueError(f"--plan: {_PLAN.value!r} holds no job or cluster; write it with "
                      "export.write_plan(path, plan, job=job, cluster=cluster)")
   job = pf.job
   options = cli.job_options(job.algorithm)
+  if cli.PROMPT_LEN.present:
+    options["prompt_len"] = float(cli.PROMPT_LEN.value)
   if options:
     job = job.replace(**options)
   cm.validate_plan(pf.plan, job, pf.cluster)
@@ -60,9 +61,8 @@ def _inputs() -> tuple[cm.RLJob, cm.Plan, cm.Cluster, str]:
 
 
 def main(argv) -> int:
-  if len(argv) > 1:
-    raise ValueError(f"unexpected argument(s) {argv[1:]}; every input is a --flag")
-  out = _OUT.value
+  del argv  # refused by the flag parser when not empty
+  out = cli.OUT.value
   cli.check_outputs(out if out is not None else (_PLAN.value if cli.exports_requested() else None))
   job, plan, cluster, where = _inputs()
   est = cm.estimate(job, plan, cluster)
@@ -80,14 +80,22 @@ def main(argv) -> int:
                       title=f"rlcost estimate: {where}")
     print(f"wrote {cli.report_path()}")
   if not bool(est.feasible):
-    print("the plan does not fit: " + "; ".join(est.violations), file=sys.stderr)
-    return 1
+    cli.fail_with(1, "the plan does not fit: " + "; ".join(est.violations))
   return 0
+
+
+# The flags an imported run may need (the rest come from the run).
+DEFAULTS = dict(model=None, gpu=None, gpus_per_node=None, prompt_len=None, response_mean=None)
+
+
+def call(argv: list[str]) -> int:
+  """``rlcost-estimate`` with ``argv`` in this process; its exit status."""
+  return cli.call(main, "rlcost-estimate", DEFAULTS, argv)
 
 
 def run():
   """Console entry point (``rlcost-estimate``)."""
-  cli.run(main)
+  cli.run(main, "rlcost-estimate", __doc__, DEFAULTS)
 
 
 if __name__ == "__main__":

@@ -1,24 +1,28 @@
 """Plans the GPU layout of an RL post-training job.
 
+rlcost-plan searches the placements (which GPUs generate, which train), the
+parallel degrees and the engines' settings of an RL job on a cluster, and
+prints the fastest plans, the best plan's stage breakdown, the rules of
+thumb for comparison and how to run the best plan.
+
 With no flags: GRPO on Qwen2.5-7B, prompts of 1,024 tokens, responses of mean
 2,000 and max 8,192 tokens, 512 prompts x 8 samples, on 8 nodes x 8 H100.
-Prints the top plans, the best plan's stage breakdown and the rules of thumb;
-``--out`` writes the best plan as JSON. Exits with status 1 when no layout
-fits, naming the stage that does not.
+Exit status: 0 with a plan; 1 when no layout fits in memory (naming the stage
+that does not); 2 on bad input or a job no family can hold (one line on stderr).
 
+Examples:
   rlcost-plan --model llama-3.1-8b --nodes 4 --algorithm ppo --out plan.json
-  python -m search.plan --starts 8 --steps 30 --families split
+  rlcost-plan --nodes 2 --framework verl --out plan.json --export verl --report plan.html
   rlcost-plan --from_verl run.sh --response_mean 900 --out plan.json --export verl
+  rlcost-plan --prices examples/prices.yaml --size_nodes 1,2,4 --target_step_s 120
 
-``--from_verl`` / ``--from_openrlhf`` / ``--from_nemo_rl`` / ``--from_slime`` /
-``--from_areal`` start from a run
-the user has: its job and cluster are searched, and the plans faster than it
-are printed as the settings to change.
+--from_verl / --from_openrlhf / --from_nemo_rl / --from_slime / --from_areal
+start from a run you have: its job and cluster are searched in that
+framework's space, and the faster plans are printed as the changes to its
+settings, in its own keys.
 """
 
 from __future__ import annotations
-
-import sys
 
 from absl import flags
 
@@ -27,43 +31,38 @@ import search
 from search import beyond_flags
 from search._src import cli
 from search._src import framework_settings
+from search._src import frameworks as fw_lib
 from search._src import html_report
 from search._src import optimize as optimize_lib
 from search._src import report
+from search._src import space as space_lib
 
-_MODEL = flags.DEFINE_string("model", "qwen2.5-7b", "Model preset (costmodel.models.names()).")
-_CONFIG_JSON = flags.DEFINE_string(
-    "config_json", None, "Hugging Face config.json of the model (overrides --model).")
-_REWARD_MODEL = flags.DEFINE_string(
-    "reward_model", None, "Reward-model preset (default: a rule-based reward on CPU).")
-_GPU = flags.DEFINE_string("gpu", "H100", "Accelerator preset.")
-_NODES = flags.DEFINE_integer("nodes", 8, "Nodes.")
-_GPUS_PER_NODE = flags.DEFINE_integer("gpus_per_node", 8, "GPUs per node.")
-_ALGORITHM = flags.DEFINE_string("algorithm", "grpo", "ppo, grpo, dapo, reinforce_pp, rloo, remax.")
-_PROMPT_LEN = flags.DEFINE_float("prompt_len", 1024, "Prompt tokens.")
-_RESPONSE_MEAN = flags.DEFINE_float("response_mean", 2000, "Mean response tokens.")
-_RESPONSE_MAX = flags.DEFINE_float("response_max", 8192, "Longest response tokens.")
-_PROMPTS = flags.DEFINE_float("prompts", 512, "Prompts per step.")
-_SAMPLES = flags.DEFINE_float("samples", 8, "Samples per prompt.")
+_NODES = flags.DEFINE_integer("nodes", 8, "Nodes.", lower_bound=1)
+_ALGORITHM = flags.DEFINE_enum("algorithm", "grpo", list(cm.ALGORITHMS), "The RL algorithm.")
+_RESPONSE_MAX = flags.DEFINE_integer("response_max", 8192, "Longest response tokens.",
+                                     lower_bound=1)
+_PROMPTS = flags.DEFINE_integer("prompts", 512, "Prompts per step.", lower_bound=1)
+_SAMPLES = flags.DEFINE_integer("samples", 8, "Samples per prompt.", lower_bound=1)
 _FAMILIES = flags.DEFINE_list("families", None,
                               f"Families to search ({', '.join(search.FAMILIES)}).")
-_STARTS = flags.DEFINE_integer("starts", optimize_lib.DEFAULT_STARTS, "Random starts per family.")
+_STARTS = flags.DEFINE_integer("starts", optimize_lib.DEFAULT_STARTS, "Random starts per family.",
+                               lower_bound=1)
 _DP_SEEDS = flags.DEFINE_boolean(
     "dp_seeds", True, "Start the discrete phase from the cut DP's candidates too "
     "(--nodp_seeds: the rounded relaxed solutions only).")
-_STEPS = flags.DEFINE_integer("steps", 100, "Relaxed optimisation steps.")
-_SEED = flags.DEFINE_integer("seed", 0, "Random seed.")
-_TOP_K = flags.DEFINE_integer("top_k", 5, "Plans to print.")
-_OUT = flags.DEFINE_string("out", None, "Write the best plan as JSON to this path.")
+_STEPS = flags.DEFINE_integer("steps", 100, "Relaxed optimisation steps.", lower_bound=1)
+_SEED = flags.DEFINE_integer("seed", 0, "Random seed.", lower_bound=0)
+_TOP_K = flags.DEFINE_integer("top_k", 5, "Plans to print.", lower_bound=1)
 _CACHE = flags.DEFINE_string(
     "compilation_cache_dir", None,
     "Persistent JAX compilation cache (later runs of the same job shape skip compilation); "
     "default $RLCOST_JAX_CACHE or ~/.cache/rlcost/jax, 'off' switches it off.")
 _FRAMEWORK = flags.DEFINE_enum(
-    "framework", "any", ["any", "verl", "openrlhf", "nemo_rl", "slime", "areal"],
-    "Search only plans this framework can run (any: the framework-neutral rules).")
+    "framework", "any", list(fw_lib.NAMES),
+    "Search only plans this framework can run (any: the framework-neutral rules; "
+    "--from_<framework>: that framework).")
 _MAX_STALENESS = flags.DEFINE_integer(
-    "max_staleness", 0, "Largest staleness allowed (0: on-policy, synchronous).")
+    "max_staleness", 0, "Largest staleness allowed (0: on-policy, synchronous).", lower_bound=0)
 _PARTIAL = flags.DEFINE_boolean(
     "partial_rollout", False, "Allow partial rollouts (needs --max_staleness >= 1).")
 _RELAXED = flags.DEFINE_enum(
@@ -76,68 +75,125 @@ _ROLLOUT_PRECISION = flags.DEFINE_list(
     "KV cache, on GPUs with an FP8 peak); FP8 changes the sampling numerics, so it is opt-in.")
 
 
-def main(argv) -> int:
-  del argv
-  cli.check_outputs(_OUT.value)
+def _families(framework: str, job: cm.RLJob, mode: dict) -> tuple[str, ...] | None:
+  """``--families``, each checked against the placements and the framework's space."""
+  if _FAMILIES.value is None:
+    return None
+  allowed = fw_lib.families_for(job, framework, **mode)
+  for f in _FAMILIES.value:
+    if f not in search.FAMILIES:
+      raise ValueError(f"--families: {f!r} is not one of {', '.join(search.FAMILIES)}")
+    if f not in allowed and cm.placement(f).applies_to(job):
+      raise ValueError(f"--families: {f!r} is outside the space of --framework={framework} "
+                       f"with --max_staleness={mode['max_staleness']}"
+                       f"{' --partial_rollout' if mode['partial_rollout'] else ''} "
+                       f"(allowed: {', '.join(allowed)})")
+  return tuple(_FAMILIES.value)
+
+
+def _new_job() -> cm.RLJob:
+  """The job the flags state (each error names its flag)."""
+  with cli.flag("config_json" if cli.CONFIG_JSON.value else "model"):
+    actor = (cm.ModelSpec.from_hf_config(cli.CONFIG_JSON.value) if cli.CONFIG_JSON.value
+             else cm.models.get(cli.MODEL.value))
+  reward = None
+  if cli.REWARD_MODEL.value:
+    with cli.flag("reward_model"):
+      reward = cli.spec(cli.REWARD_MODEL.value)
+  if cli.RESPONSE_MEAN.value > _RESPONSE_MAX.value:
+    raise ValueError(f"--response_mean: {cli.RESPONSE_MEAN.value:g} exceeds --response_max="
+                     f"{_RESPONSE_MAX.value}")
+  with cli.flag("response_mean"):
+    response = cm.ResponseLength.from_mean_max(cli.RESPONSE_MEAN.value,
+                                               float(_RESPONSE_MAX.value))
+  options = cli.job_options(_ALGORITHM.value)
+  with cli.flag("mini_batches"):  # the one RLJob check left: mini-batches <= samples
+    return cm.RLJob(_ALGORITHM.value, actor, prompts_per_step=float(_PROMPTS.value),
+                    samples_per_prompt=float(_SAMPLES.value),
+                    prompt_len=float(cli.PROMPT_LEN.value), response=response,
+                    reward_model=reward, **options)
+
+
+def _checked_inputs():
+  """Every flag and combination, checked before any work: ``(start, current, job,
+  cluster, framework, mode, families)``."""
+  cli.check_outputs(cli.OUT.value)
+  if _PARTIAL.value and _MAX_STALENESS.value < 1:
+    raise ValueError("--partial_rollout: needs --max_staleness >= 1")
+  for p in _ROLLOUT_PRECISION.value:
+    if p not in space_lib.ROLLOUT_PRECISIONS:
+      raise ValueError(f"--rollout_precision: {p!r} is not one of "
+                       f"{', '.join(space_lib.ROLLOUT_PRECISIONS)}")
   start = cli.source()
+  framework = _FRAMEWORK.value
   if start is not None:
     current = cli.import_run(*start)
-    job, cluster = current.job, current.cluster
-    job = beyond_flags.apply_job_flags(job)
+    job, cluster = beyond_flags.apply_job_flags(current.job), current.cluster
+    if not flags.FLAGS["framework"].present:  # plans the imported run's framework runs
+      framework = start[0]
   else:
-    actor = (cm.ModelSpec.from_hf_config(_CONFIG_JSON.value) if _CONFIG_JSON.value
-             else cm.models.get(_MODEL.value))
-    job = cm.RLJob(
-        _ALGORITHM.value, actor, prompts_per_step=_PROMPTS.value,
-        samples_per_prompt=_SAMPLES.value, prompt_len=_PROMPT_LEN.value,
-        response=cm.ResponseLength.from_mean_max(_RESPONSE_MEAN.value, _RESPONSE_MAX.value),
-        reward_model=cm.models.get(_REWARD_MODEL.value) if _REWARD_MODEL.value else None,
-        **cli.job_options(_ALGORITHM.value))
-    job = beyond_flags.apply_job_flags(job)
-    if beyond_flags.wants_cost_run():
-      return beyond_flags.run_cost(job, _GPUS_PER_NODE.value)
-    cluster = cm.Cluster(cm.hardware.get(_GPU.value), gpus_per_node=_GPUS_PER_NODE.value,
+    current = None
+    job = beyond_flags.apply_job_flags(_new_job())
+    with cli.flag("gpu"):
+      accelerator = cm.hardware.get(cli.GPU.value)
+    cluster = cm.Cluster(accelerator, gpus_per_node=cli.GPUS_PER_NODE.value,
                          nodes=_NODES.value)
-  print(report.format_job(job, cluster), flush=True)
   mode = dict(max_staleness=_MAX_STALENESS.value, partial_rollout=_PARTIAL.value)
-  try:
-    result = search.optimize(job, cluster, families=_FAMILIES.value, starts=_STARTS.value,
-                             steps=_STEPS.value, seed=_SEED.value, top_k=_TOP_K.value,
-                             progress=True, framework=_FRAMEWORK.value,
-                             compilation_cache=_CACHE.value,
-                             rollout_precision=tuple(_ROLLOUT_PRECISION.value),
-                             dp_seeds=_DP_SEEDS.value, relaxed=_RELAXED.value, **mode)
-  except ValueError as e:
-    print(e, file=sys.stderr)
-    return 2
+  return start, current, job, cluster, framework, mode, _families(framework, job, mode)
+
+
+def main(argv) -> int:
+  del argv  # refused by the flag parser when not empty
+  start, current, job, cluster, framework, mode, families = _checked_inputs()
+  if start is None and beyond_flags.wants_cost_run():
+    return beyond_flags.run_cost(job, cli.GPUS_PER_NODE.value)
+  print(report.format_job(job, cluster), flush=True)
+  result = search.optimize(job, cluster, families=families, starts=_STARTS.value,
+                           steps=_STEPS.value, seed=_SEED.value, top_k=_TOP_K.value,
+                           progress=True, framework=framework,
+                           compilation_cache=_CACHE.value,
+                           rollout_precision=tuple(_ROLLOUT_PRECISION.value),
+                           dp_seeds=_DP_SEEDS.value, relaxed=_RELAXED.value, **mode)
   if not result.feasible and not result.best_by_family_s:  # every family was skipped
     cli.fail(f"no plan on {cluster.nodes} x {cluster.gpus_per_node} "
              f"{cluster.accelerator.name}: " + "; ".join(result.skipped.values()))
-  rules = (search.rules_of_thumb(job, cluster, framework=_FRAMEWORK.value, **mode)
+  rules = (search.rules_of_thumb(job, cluster, framework=framework, **mode)
            if result.feasible else ())
   print(report.format_result(result, rules), flush=True)
   if start is not None:
     step = float(cm.estimate(job, current.plan, cluster).step_time_s)
     print(framework_settings.format_better(start[0], current.plan, step, result, job, cluster))
   if not result.feasible:
-    print(f"no layout fits: {result.infeasible_reason}", file=sys.stderr)
-    return 1
-  if _OUT.value:
-    search.write_plan(_OUT.value, result.best_plan, result.best_estimate, result.family,
+    cli.fail_with(1, f"no layout fits: {result.infeasible_reason}")
+  written = []
+  if cli.OUT.value:
+    search.write_plan(cli.OUT.value, result.best_plan, result.best_estimate, result.family,
                       job=job, cluster=cluster)
-    print(f"wrote {_OUT.value}")
+    print(f"wrote {cli.OUT.value}")
     if cli.exports_requested():
-      print("\n".join(cli.write_exports(_OUT.value, result.best_plan, job, cluster)))
+      written = cli.write_exports(cli.OUT.value, result.best_plan, job, cluster)
+      print("\n".join(written))
   if cli.report_path():
     html_report.write(cli.report_path(), job, cluster, result.best_plan, result.best_estimate,
                       rules, title=f"rlcost plan ({result.family})")
     print(f"wrote {cli.report_path()}")
+  print("\n" + report.format_next(result.accepted_by, cli.OUT.value, cli.report_path(), written))
   return 0
+
+
+# The job and cluster of a plain ``rlcost-plan``.
+DEFAULTS = dict(model="qwen2.5-7b", gpu="H100", gpus_per_node=8, prompt_len=1024,
+                response_mean=2000.0)
+
+
+def call(argv: list[str]) -> int:
+  """``rlcost-plan`` with ``argv`` in this process; its exit status."""
+  return cli.call(main, "rlcost-plan", DEFAULTS, argv)
 
 
 def run():
   """Console entry point (``rlcost-plan``)."""
-  cli.run(main)
+  cli.run(main, "rlcost-plan", __doc__, DEFAULTS)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -170,93 +168,118 @@ def test_import_api_names_the_field_and_value(case, tmp_path):
 # ----- the command lines --------------------------------------------------------------------
 
 
-def _run(module, args, cwd):
-  env = dict(os.environ, PYTHONPATH=ROOT)
-  env.pop("XLA_FLAGS", None)
-  return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
-                        env=env, cwd=cwd, timeout=300)
+def _call(command, args, cwd, monkeypatch, capsys):
+  """The command run in this process from ``cwd``: (exit status, stdout, stderr)."""
+  import search.estimate_cli  # pylint: disable=g-import-not-at-top
+  import search.plan  # pylint: disable=g-import-not-at-top
+  monkeypatch.chdir(cwd)
+  code = {"estimate": search.estimate_cli, "plan": search.plan}[command].call(args)
+  out, err = capsys.readouterr()
+  return code, out, err
 
 
 def _files(tmp_path):
   (tmp_path / "bad.json").write_text("{not json")
   (tmp_path / "old.json").write_text(json.dumps({"pools": {"all": 8}}))
   (tmp_path / "bad_verl.txt").write_text("\n".join(_verl("algorithm.adv_estimator=gpg")))
+  (tmp_path / "zero_batch.txt").write_text("\n".join(_verl("data.train_batch_size=0")))
 
 
-E = "search.estimate_cli"
-P = "search.plan"
+E = "estimate"
+P = "plan"
 FROM = ["--from_verl", EXAMPLE, "--response_mean", "900"]
+# (name, command, argv, the start of the error after the program name, words it holds)
 CLI_CASES = [
-    ("no input", E, [], ["--plan", "--from_verl"]),
-    ("plan file missing", E, ["--plan", "missing.json"], ["--plan='missing.json'"]),
-    ("plan not json", E, ["--plan", "bad.json"], ["bad.json", "not JSON"]),
-    ("plan format", E, ["--plan", "old.json"], ["format=None"]),
-    ("plan and import", E, ["--plan", "old.json", *FROM], ["--plan", "--from_verl"]),
+    ("no input", E, [], "--plan:", ["--from_verl"]),
+    ("plan file missing", E, ["--plan", "missing.json"], "--plan:", ["'missing.json'"]),
+    ("plan not json", E, ["--plan", "bad.json"], "--plan:", ["bad.json", "not JSON"]),
+    ("plan format", E, ["--plan", "old.json"], "--plan:", ["format=None"]),
+    ("plan and import", E, ["--plan", "old.json", *FROM], "--plan:", ["--from_verl"]),
     ("import file missing", E, ["--from_verl", "nope.sh", "--response_mean", "900"],
-     ["--from_verl='nope.sh'"]),
-    ("no response_mean", E, ["--from_verl", EXAMPLE], ["response_mean"]),
-    ("two imports", E, [*FROM, "--from_nemo_rl", EXAMPLE], ["--from_verl", "--from_nemo_rl"]),
+     "--from_verl:", ["'nope.sh'"]),
+    ("no response_mean", E, ["--from_verl", EXAMPLE], "--from_verl:", ["response_mean"]),
+    ("two imports", E, [*FROM, "--from_nemo_rl", EXAMPLE], "--from_nemo_rl:", ["--from_verl"]),
     ("bad override", E, ["--from_verl", "bad_verl.txt", "--response_mean", "500"],
-     ["algorithm.adv_estimator='gpg'"]),
-    ("export name", E, [*FROM, "--export", "torch", "--out", "p.json"], ["--export='torch'"]),
-    ("export without out", E, [*FROM, "--export", "verl"], ["--export=verl", "--out"]),
-    ("out folder missing", E, [*FROM, "--out", "no/such/dir/p.json"],
-     ["--out='no/such/dir/p.json'", "does not exist"]),
-    ("out folder is a file", E, [*FROM, "--out", "bad.json/p.json"], ["bad.json", "not a folder"]),
-    ("report folder missing", E, [*FROM, "--report", "nowhere/r.html"],
-     ["--report='nowhere/r.html'"]),
-    ("float flag", E, ["--from_verl", EXAMPLE, "--response_mean", "long"],
-     ["response_mean", "long"]),
-    ("unknown flag", E, [*FROM, "--respones_mean", "900"], ["respones_mean"]),
-    ("positional", E, [*FROM, "extra"], ["extra"]),
+     "--from_verl:", ["algorithm.adv_estimator='gpg'"]),
+    ("zero batch", E, ["--from_verl", "zero_batch.txt", "--response_mean", "500"],
+     "--from_verl:", ["train_batch_size"]),
+    ("export name", E, [*FROM, "--export", "torch", "--out", "p.json"], "--export:", ["'torch'"]),
+    ("export without out", E, [*FROM, "--export", "verl"], "--export:", ["--out"]),
+    ("out folder missing", E, [*FROM, "--out", "no/such/dir/p.json"], "--out:",
+     ["'no/such/dir/p.json'", "does not exist"]),
+    ("out folder is a file", E, [*FROM, "--out", "bad.json/p.json"], "--out:",
+     ["bad.json", "not a folder"]),
+    ("report folder missing", E, [*FROM, "--report", "nowhere/r.html"], "--report:",
+     ["'nowhere/r.html'"]),
+    ("float flag", E, ["--from_verl", EXAMPLE, "--response_mean", "long"], "--response_mean:",
+     ["'long' is not a number"]),
+    ("unknown flag", E, [*FROM, "--respones_mean", "900"], "--respones_mean:",
+     ["no such flag", "--response_mean"]),
+    ("positional", E, [*FROM, "extra"], "unexpected argument", ["'extra'"]),
     ("response_mean too long", E, ["--from_verl", EXAMPLE, "--response_mean", "99999"],
-     ["response_mean=99999"]),
-    ("gpu", E, [*FROM, "--gpu", "XYZ"], ["XYZ"]),
-    ("plan out folder", P, ["--out", "no/such/dir/p.json"], ["--out='no/such/dir/p.json'"]),
-    ("plan nodes", P, ["--nodes", "many"], ["nodes", "many"]),
-    ("plan ppo_epochs", P, ["--ppo_epochs", "0"], ["--ppo_epochs=0"]),
-    ("plan mini_batches", P, ["--mini_batches", "1.5"], ["mini_batches", "1.5"]),
-    ("plan critic", P, ["--critic_model", "qwen2.5-1.5b"], ["critic_model='qwen2.5-1.5b'",
-                                                            "'grpo'"]),
-    ("plan model", P, ["--model", "gpt-9"], ["'gpt-9'"]),
-    ("plan algorithm", P, ["--algorithm", "sft"], ["algorithm='sft'"]),
+     "--from_verl:", ["response_mean=99999"]),
+    ("gpu", E, [*FROM, "--gpu", "XYZ"], "--from_verl:", ["XYZ"]),
+    ("prompt_len fraction", E, [*FROM, "--prompt_len", "300.5"], "--prompt_len:",
+     ["'300.5' is not a whole number"]),
+    ("plan out folder", P, ["--out", "no/such/dir/p.json"], "--out:", ["'no/such/dir/p.json'"]),
+    ("plan nodes", P, ["--nodes", "many"], "--nodes:", ["'many' is not a whole number"]),
+    ("plan nodes zero", P, ["--nodes", "0"], "--nodes:", ["0"]),
+    ("plan prompts fraction", P, ["--prompts", "1.5"], "--prompts:", ["'1.5'"]),
+    ("plan positional", P, ["plan.json"], "unexpected argument", ["'plan.json'"]),
+    ("plan ppo_epochs", P, ["--ppo_epochs", "0"], "--ppo_epochs:", ["0"]),
+    ("plan mini_batches", P, ["--mini_batches", "1.5"], "--mini_batches:", ["'1.5'"]),
+    ("plan critic", P, ["--critic_model", "qwen2.5-1.5b"], "--critic_model:", ["'grpo'"]),
+    ("plan model", P, ["--model", "gpt-9"], "--model:", ["'gpt-9'"]),
+    ("plan gpu", P, ["--gpu", "V100X"], "--gpu:", ["'V100X'"]),
+    ("plan algorithm", P, ["--algorithm", "sft"], "--algorithm:", ["'sft'"]),
+    ("plan family", P, ["--families", "nonsense"], "--families:",
+     ["'nonsense' is not one of colocated, split"]),
+    ("plan family outside framework", P, ["--families", "split_async"], "--families:",
+     ["--max_staleness=0"]),
+    ("plan response lengths", P, ["--response_mean", "9000"], "--response_mean:",
+     ["--response_max=8192"]),
+    ("plan partial rollout", P, ["--partial_rollout"], "--partial_rollout:",
+     ["--max_staleness >= 1"]),
     ("plan import", P, ["--from_verl", "bad_verl.txt", "--response_mean", "500"],
-     ["algorithm.adv_estimator='gpg'"]),
-    ("plan export", P, ["--export", "deepspeed", "--out", "p.json"], ["--export='deepspeed'"]),
-    ("plan relaxed", P, ["--relaxed", "maybe"], ["relaxed", "maybe"]),
-    ("plan rollout_precision", P, ["--rollout_precision", "bf16,int4"],
-     ["rollout_precision=('bf16', 'int4')"]),
+     "--from_verl:", ["algorithm.adv_estimator='gpg'"]),
+    ("plan export", P, ["--export", "deepspeed", "--out", "p.json"], "--export:",
+     ["'deepspeed'"]),
+    ("plan relaxed", P, ["--relaxed", "maybe"], "--relaxed:", ["'maybe'"]),
+    ("plan rollout_precision", P, ["--rollout_precision", "bf16,int4"], "--rollout_precision:",
+     ["'int4'"]),
+    ("plan lora_rank fraction", P, ["--lora_rank", "0.5"], "--lora_rank:", ["'0.5'"]),
 ]
 
 
 @pytest.mark.parametrize("case", CLI_CASES, ids=[c[0] for c in CLI_CASES])
-def test_command_line_bad_input_is_one_line_and_exit_2(case, tmp_path):
-  _, module, args, names = case
+def test_command_line_bad_input_is_one_line_and_exit_2(case, tmp_path, monkeypatch, capsys):
+  _, command, args, head, names = case
   _files(tmp_path)
-  r = _run(module, args, tmp_path)
-  assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
-  assert "Traceback" not in r.stderr + r.stdout
-  lines = [s for s in r.stderr.splitlines() if s.strip()]
-  assert len(lines) == 1, r.stderr
+  code, out, err = _call(command, args, tmp_path, monkeypatch, capsys)
+  assert code == 2, (code, err[-2000:])
+  assert "Traceback" not in err + out
+  lines = [s for s in err.splitlines() if s.strip()]
+  assert len(lines) == 1, err
+  assert lines[0].startswith(f"rlcost-{command}: {head}"), lines[0]
   for n in names:
     assert n in lines[0], f"{n!r} not in {lines[0]}"
-  assert "family" not in r.stderr  # rejected before any search
+  assert out == ""  # rejected before any work
   assert not (tmp_path / "p.json").exists()
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
-def test_unwritable_out_folder(tmp_path):
+def test_unwritable_out_folder(tmp_path, monkeypatch, capsys):
   ro = tmp_path / "ro"
   ro.mkdir()
   ro.chmod(0o555)
-  r = _run(P, ["--out", str(ro / "p.json")], tmp_path)
-  assert r.returncode == 2 and "is not writable" in r.stderr and "Traceback" not in r.stderr
+  code, _, err = _call(P, ["--out", str(ro / "p.json")], tmp_path, monkeypatch, capsys)
+  assert code == 2 and "is not writable" in err and "Traceback" not in err
 
 
 def test_unwritable_folder_is_named(monkeypatch, tmp_path):
   from search._src import cli  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(os, "access", lambda path, mode: False)
-  with pytest.raises(ValueError, match=r"--out='.*p\.json': folder .* is not writable"):
+  with pytest.raises(ValueError, match=r"--out: the folder of '.*p\.json' is not writable"):
     cli.check_out_path("out", str(tmp_path / "p.json"))
 
 

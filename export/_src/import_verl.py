@@ -200,6 +200,9 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   max_response = number(o, "data.max_response_length", FW, 512)
   mini = number(o, f"{a}.ppo_mini_batch_size", FW, 256)
   prompts = number(o, "data.train_batch_size", FW, 1024, minimum=0)
+  if prompts == 0 and not any(k.startswith("async_training.") for k in o):
+    raise ValueError(f"{FW}: data.train_batch_size=0 must be >= 1 (0 is read only by the "
+                     "fully asynchronous trainer, whose async_training settings set the step)")
   if prompts == 0:  # fully_async: a step is trigger_parameter_sync_step mini-batches
     prompts = mini * number(o, "async_training.trigger_parameter_sync_step", FW, 1) * number(
         o, "async_training.require_batches", FW, 1)

@@ -9,8 +9,10 @@ only the ones the user set.
 
 from __future__ import annotations
 
+import contextlib
 import logging as py_logging
 import os
+import re
 import sys
 from typing import Any
 
@@ -19,10 +21,30 @@ py_logging.getLogger("jax._src.xla_bridge").setLevel(py_logging.ERROR)
 
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
+from absl import logging  # noqa: E402
 
 import costmodel as cm  # noqa: E402
 import export  # noqa: E402
+from search._src import cli_help  # noqa: E402
 from search._src.framework_settings import exports  # noqa: E402
+
+# Flags both commands take; each command sets its own defaults (:func:`run`).
+MODEL = flags.DEFINE_string("model", None, "The actor: a preset (costmodel.models.names()) or a "
+                            "Hugging Face id; for an imported run, where its model path names "
+                            "none.")
+CONFIG_JSON = flags.DEFINE_string("config_json", None,
+                                  "Hugging Face config.json of the actor (overrides --model).")
+REWARD_MODEL = flags.DEFINE_string("reward_model", None, "Reward-model preset or config.json "
+                                   "(default: a rule-based reward on CPU).")
+GPU = flags.DEFINE_string("gpu", None, "Accelerator preset (costmodel.hardware.names()).")
+GPUS_PER_NODE = flags.DEFINE_integer("gpus_per_node", None, "GPUs per node.", lower_bound=1)
+PROMPT_LEN = flags.DEFINE_integer("prompt_len", None, "Prompt tokens (mean); for an imported "
+                                  "run, instead of its longest prompt.", lower_bound=1)
+RESPONSE_MEAN = flags.DEFINE_float("response_mean", None, "Mean response tokens (an imported "
+                                   "run does not state it).", lower_bound=1)
+
+OUT = flags.DEFINE_string("out", None, "Write the plan (rlcost-plan: the best), its job and "
+                          "estimate as JSON to this path.")
 
 FROM = {fw: flags.DEFINE_string(f"from_{fw}", None, help)
         for fw, help in (("verl", "veRL run to start from: overrides (key=value per line), a "
@@ -39,39 +61,122 @@ _OVERSAMPLE = flags.DEFINE_float(
 _CRITIC = flags.DEFINE_string("critic_model", None,
                               "Critic preset or config.json (PPO; default: the actor's).")
 _PPO_EPOCHS = flags.DEFINE_integer("ppo_epochs", None, "Passes over each batch (default 1, or "
-                                   "the imported run's).")
+                                   "the imported run's).", lower_bound=1)
 _MINI_BATCHES = flags.DEFINE_integer("mini_batches", None, "Optimizer steps per epoch (default "
-                                     "1, or the imported run's).")
+                                     "1, or the imported run's).", lower_bound=1)
 _EXPORT = flags.DEFINE_list(
     "export", [], f"Frameworks to export to ({', '.join(export.FRAMEWORKS)}): writes "
     "<plan file stem>.<framework>.sh|yaml next to the plan file.")
 _REPORT = flags.DEFINE_string("report", None, "Write a self-contained HTML report here.")
 
 
+_VERBOSE = flags.DEFINE_bool("verbose", False, "Log lines (absl INFO) on stderr: each family's "
+                             "search, compilation; -v for short.")
+
+_PROG = ["rlcost"]
+
+
 def fail(message: str) -> None:
-  """The one line a bad input gets on stderr, and exit status 2."""
-  prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "rlcost"
-  print(f"{prog}: {message}", file=sys.stderr, flush=True)
+  """The one line a bad input gets on stderr (``rlcost-plan: --flag: why``), and
+  exit status 2."""
+  print(f"{_PROG[0]}: {message}", file=sys.stderr, flush=True)
   sys.exit(2)
 
 
-def _parse_flags(argv: list[str]) -> list[str]:
+def fail_with(code: int, message: str) -> None:
+  """One line on stderr and exit status ``code`` (1: the job does not fit)."""
+  print(f"{_PROG[0]}: {message}", file=sys.stderr, flush=True)
+  sys.exit(code)
+
+
+@contextlib.contextmanager
+def flag(name: str):
+  """Re-raises a ValueError of the block as one naming ``--name`` (the flag
+  whose value the block reads)."""
   try:
-    return flags.FLAGS(argv)
+    yield
+  except ValueError as e:
+    raise ValueError(f"--{name}: {_first_line(e)}") from None
+  except OSError as e:  # a file the flag names that cannot be read
+    raise ValueError(f"--{name}: {e.strerror or e}: {e.filename!r}") from None
+
+
+def _first_line(e: BaseException) -> str:
+  return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def _flag_error(e: flags.Error) -> str:
+  """absl's parse error as ``--name: why``."""
+  text = _first_line(e)
+  m = re.match(r"flag --([\w-]+)=(.*?): (.*)", text)
+  if m:
+    name, value, why = m.groups()
+    if why.startswith("invalid literal for int()"):
+      why = f"{value!r} is not a whole number"
+    elif why.startswith("could not convert string to float"):
+      why = f"{value!r} is not a number"
+    elif value not in why:
+      why += f" (got {value!r})"
+    return f"--{name}: {why}"
+  m = re.match(r"Unknown command line flag '([^']+)'(?:\. Did you mean: ([\w, ]+?) ?\?)?", text)
+  if m:
+    maybe = [f"--{x.strip()}" for x in (m.group(2) or "").split(",") if x.strip()]
+    return (f"--{m.group(1)}: no such flag" +
+            (f" (did you mean {' or '.join(maybe)}?)" if maybe else "") + "; see --help")
+  return text
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  # -v alone is --verbose (absl's -v takes a level).
+  argv = [a if a != "-v" else "--verbose" for a in argv]
+  try:
+    rest = flags.FLAGS(argv)
   except flags.Error as e:
-    fail(f"bad flag: {e}")
-  return []  # not reached
+    fail(_flag_error(e))
+  if len(rest) > 1:
+    fail(f"unexpected argument(s) {' '.join(rest[1:])!r}: every input is a --flag (see --help)")
+  logging.set_verbosity(logging.INFO if _VERBOSE.value else logging.WARNING)
+  return rest
 
 
-def run(main) -> None:
-  """``app.run(main)``, with flag errors and ValueError as one line and exit status 2."""
+def _guarded(main):
   def guarded(argv):
     try:
       return main(argv)
     except (ValueError, OSError) as e:  # bad input, or a file that cannot be read or written
-      fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
+      fail(_first_line(e))
+  return guarded
+
+
+def call(main, prog: str, defaults: dict[str, Any], argv: list[str]) -> int:
+  """Runs the command in this process (tests): flags reset to ``defaults``, parsed
+  from ``argv`` (without the program name) and ``main`` run; its exit status."""
+  _PROG[0] = prog
+  flags.FLAGS.unparse_flags()
+  for name, value in defaults.items():
+    flags.FLAGS.set_default(name, value)
   try:
-    app.run(guarded, flags_parser=_parse_flags)
+    return _guarded(main)(_parse_flags([prog, *argv])) or 0
+  except SystemExit as e:
+    return e.code if isinstance(e.code, int) else 1
+
+
+def run(main, prog: str, doc: str, defaults: dict[str, Any]) -> None:
+  """``app.run(main)`` for the command ``prog`` with its flag ``defaults``:
+  ``--help`` prints ``doc`` and the project's flags by group
+  (:mod:`search._src.cli_help`) and exits 0; flag errors and ValueError print one
+  line and exit 2."""
+  _PROG[0] = prog
+  for name, value in defaults.items():
+    flags.FLAGS.set_default(name, value)
+  if any(a in ("-h", "--help", "-help", "-?") for a in sys.argv[1:]):
+    print(cli_help.usage(doc))
+    _exit(0)
+  if "--helpfull" in sys.argv[1:]:
+    print(flags.FLAGS.get_help())
+    _exit(0)
+  try:
+    app.run(_guarded(main), flags_parser=_parse_flags)
   except SystemExit as e:
     _exit(e.code)
 
@@ -100,11 +205,11 @@ def check_out_path(flag: str, path: str | None) -> None:
   folder = os.path.dirname(os.path.abspath(path))
   if not os.path.isdir(folder):
     what = "is not a folder" if os.path.exists(folder) else "does not exist"
-    raise ValueError(f"--{flag}={path!r}: folder {folder!r} {what}")
+    raise ValueError(f"--{flag}: the folder of {path!r} {what}")
   if not os.access(folder, os.W_OK):
-    raise ValueError(f"--{flag}={path!r}: folder {folder!r} is not writable")
+    raise ValueError(f"--{flag}: the folder of {path!r} is not writable")
   if os.path.isdir(path):
-    raise ValueError(f"--{flag}={path!r} is a folder; give a file name")
+    raise ValueError(f"--{flag}: {path!r} is a folder; give a file name")
 
 
 def check_outputs(out: str | None) -> None:
@@ -113,13 +218,9 @@ def check_outputs(out: str | None) -> None:
   check_out_path("report", _REPORT.value)
   for name in _EXPORT.value:
     if name not in export.FRAMEWORKS:
-      raise ValueError(f"--export={name!r} is not one of {export.FRAMEWORKS}")
+      raise ValueError(f"--export: {name!r} is not one of {', '.join(export.FRAMEWORKS)}")
   if _EXPORT.value and out is None:
-    raise ValueError(f"--export={','.join(_EXPORT.value)} writes next to the plan file; give "
-                     "--out")
-  for name, v in (("ppo_epochs", _PPO_EPOCHS.value), ("mini_batches", _MINI_BATCHES.value)):
-    if v is not None and v < 1:
-      raise ValueError(f"--{name}={v} must be >= 1")
+    raise ValueError(f"--export: writes next to the plan file; give --out too")
 
 
 def job_options(algorithm: str) -> dict[str, Any]:
@@ -127,8 +228,9 @@ def job_options(algorithm: str) -> dict[str, Any]:
   out: dict[str, Any] = {}
   if _CRITIC.value is not None:
     if algorithm != "ppo":
-      raise ValueError(f"--critic_model={_CRITIC.value!r}: algorithm={algorithm!r} has no critic")
-    out["critic"] = _spec(_CRITIC.value, "critic_model")
+      raise ValueError(f"--critic_model: algorithm {algorithm!r} has no critic")
+    with flag("critic_model"):
+      out["critic"] = spec(_CRITIC.value)
   if _PPO_EPOCHS.value is not None:
     out["ppo_epochs"] = _PPO_EPOCHS.value
   if _MINI_BATCHES.value is not None:
@@ -136,13 +238,11 @@ def job_options(algorithm: str) -> dict[str, Any]:
   return out
 
 
-def _spec(value: str, flag: str) -> cm.ModelSpec:
-  if value in cm.models.names():
-    return cm.models.get(value)
-  if os.path.exists(value):
+def spec(value: str) -> cm.ModelSpec:
+  """A preset, a Hugging Face id (:func:`costmodel.models.get`) or a config.json path."""
+  if os.path.isfile(value):
     return cm.ModelSpec.from_hf_config(value)
-  raise ValueError(f"--{flag}={value!r} is neither a preset ({', '.join(cm.models.names())}) nor "
-                   "an existing config.json")
+  return cm.models.get(value)
 
 
 # ----- a run to start from ------------------------------------------------------------------
@@ -152,9 +252,10 @@ def source() -> tuple[str, str] | None:
   """``(framework, path)`` of the one ``--from_*`` flag given, or None."""
   given_ = [(fw, f.value) for fw, f in FROM.items() if f.value is not None]
   if len(given_) > 1:
-    raise ValueError(f"--from_{given_[0][0]} and --from_{given_[1][0]}: start from one run")
+    raise ValueError(f"--from_{given_[1][0]}: start from one run (--from_{given_[0][0]} is "
+                     "given too)")
   if given_ and not os.path.isfile(given_[0][1]):
-    raise ValueError(f"--from_{given_[0][0]}={given_[0][1]!r} is not a file")
+    raise ValueError(f"--from_{given_[0][0]}: {given_[0][1]!r} is not a file")
   return given_[0] if given_ else None
 
 
@@ -176,9 +277,12 @@ def given() -> dict[str, Any]:
 
 def import_run(framework: str, path: str) -> export.Imported:
   """The imported run, with ``--ppo_epochs`` / ``--mini_batches`` applied to its job."""
-  imported = export.read_config(framework, path, **given())
+  with flag(f"from_{framework}"):
+    imported = export.read_config(framework, path, **given())
   job = imported.job
   changes = {k: v for k, v in job_options(job.algorithm).items() if k != "critic"}
+  if PROMPT_LEN.present:
+    changes["prompt_len"] = float(PROMPT_LEN.value)
   if changes:
     job = job.replace(**changes)
     cm.validate_plan(imported.plan, job, imported.cluster)
@@ -189,12 +293,14 @@ def import_run(framework: str, path: str) -> export.Imported:
 
 
 def write_exports(out: str, plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> list[str]:
-  """Writes each ``--export`` next to the plan file ``out``; a refusal is an error."""
+  """Writes each ``--export`` that accepts the plan next to the plan file ``out``;
+  one line per file written and per framework that refuses the plan (why)."""
   stem = os.path.splitext(out)[0]
   lines = []
   for fw, (text, reason) in exports(plan, job, cluster, _EXPORT.value).items():
     if text is None:
-      raise ValueError(f"--export={fw}: {reason}")
+      lines.append(f"not exported to {fw}: {reason}")
+      continue
     path = f"{stem}.{fw}.{'sh' if export.get(fw).kind == 'command' else 'yaml'}"
     with open(path, "w", encoding="utf-8") as f:
       f.write(text)

@@ -44,6 +44,7 @@ import sys
 import threading
 import time
 
+from absl import flags
 from absl import logging
 import numpy as np
 
@@ -59,8 +60,9 @@ from search._src.result import SearchResult
 
 
 def _progress(message: str) -> None:
-  """absl INFO when it is shown (after flag parsing), else a line on stderr."""
-  if logging.level_info():
+  """absl INFO once absl's flags are parsed (a command line: shown with
+  ``--verbose``), else a line on stderr."""
+  if flags.FLAGS.is_parsed():
     logging.info(message)
   else:
     print(message, file=sys.stderr, flush=True)
@@ -277,7 +279,8 @@ def _search(job, cluster, fams, fw: fw_lib.Framework, starts, seed, top_k, eff, 
     r = run.ranked
     best_by[fam] = float(r.step_time_s[0]) if len(r.feasible) and r.feasible[0] else np.inf
     if progress:
-      _progress(f"family {fam:<20} relaxed {bound[fam]:8.2f} s  rounded {best_by[fam]:8.2f} s"
+      relaxed_s = f"{bound[fam]:8.2f} s" if np.isfinite(bound[fam]) else f"{'-':>10}"
+      _progress(f"family {fam:<20} relaxed {relaxed_s}  rounded {best_by[fam]:8.2f} s"
                 f"  {run.ev.count:7d} evaluations  {seconds:.1f} s")
   done = dict(method="optimize", relaxed_bound_s=bound, best_by_family_s=best_by,
               history=history, framework=fw.name, relaxed=relaxed, skipped=skipped,

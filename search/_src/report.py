@@ -73,3 +73,23 @@ def format_job(job: cm.RLJob, cluster: cm.Cluster) -> str:
           f"response mean {float(job.response.mean):.0f} max {float(job.response.max):.0f}\n"
           f"cluster: {cluster.nodes} x {cluster.gpus_per_node} {cluster.accelerator.name} "
           f"({cluster.n_gpus} GPUs)")
+
+
+def format_next(accepted_by: tuple[str, ...], out: str | None, report_path: str | None,
+                written: list[str]) -> str:
+  """How to run the best plan: the files written for the frameworks that accept
+  it (a command to run, or a config to launch with), or the flags that write them."""
+  lines = ["to run the best plan:"]
+  files = [w.removeprefix("wrote ") for w in written if w.startswith("wrote ")]
+  for path in files:
+    lines.append(f"  bash {path}" if path.endswith(".sh") else
+                 f"  {path}: the framework's config (give it to its launcher)")
+  lines += [f"  {w}" for w in written if not w.startswith("wrote ")]
+  if not files:
+    frameworks = ",".join(accepted_by) or "verl"
+    lines.append(f"  add --out {out or 'plan.json'} --export {frameworks} to write the plan "
+                 "and each framework's command or config"
+                 + ("" if accepted_by else " (no exporter accepts this plan: try --framework)"))
+  if report_path is None:
+    lines.append("  add --report plan.html for an HTML report of the plan")
+  return "\n".join(lines)
