@@ -70,6 +70,9 @@ _RELAXED = flags.DEFINE_enum(
     f"The relaxed (gradient) phase; auto: on when a family's space holds at least "
     f"{optimize_lib.RELAX_MIN_PLANS:.0e} value vectors or with --nodp_seeds (smaller spaces: "
     "the discrete phases alone found the same plans).")
+_CHECK = flags.DEFINE_bool(
+    "check", False, "Check every flag and the job, name the families the search takes and "
+    "those it skips (and why), and stop before the search.")
 _ROLLOUT_PRECISION = flags.DEFINE_list(
     "rollout_precision", ["bf16"], "Rollout engine formats allowed (bf16, fp8: FP8 weights and "
     "KV cache, on GPUs with an FP8 peak); FP8 changes the sampling numerics, so it is opt-in.")
@@ -142,12 +145,35 @@ def _checked_inputs():
   return start, current, job, cluster, framework, mode, _families(framework, job, mode)
 
 
+def _refuse(cluster: cm.Cluster, skipped: dict[str, str]) -> None:
+  cli.fail(f"no plan on {cluster.nodes} x {cluster.gpus_per_node} "
+           f"{cluster.accelerator.name}: " + "; ".join(skipped.values()))
+
+
+def _skips(job: cm.RLJob, cluster: cm.Cluster, framework: str, mode: dict, families
+           ) -> tuple[tuple[str, ...], dict[str, str]]:
+  """The families to search and those :func:`search.optimize` skips, with why
+  (:meth:`Framework.why_empty`); refuses the job when it would skip them all."""
+  fw = fw_lib.get(framework)
+  fams = families or fw_lib.families_for(job, framework, **mode)
+  skipped = {f: fw.why_empty(f, job, cluster) for f in fams}
+  skipped = {f: why for f, why in skipped.items() if why is not None}
+  if len(skipped) == len(fams):
+    _refuse(cluster, skipped)
+  return tuple(f for f in fams if f not in skipped), skipped
+
+
 def main(argv) -> int:
   del argv  # refused by the flag parser when not empty
   start, current, job, cluster, framework, mode, families = _checked_inputs()
   if start is None and beyond_flags.wants_cost_run():
     return beyond_flags.run_cost(job, cli.GPUS_PER_NODE.value)
+  searched, skipped = _skips(job, cluster, framework, mode, families)
   print(report.format_job(job, cluster), flush=True)
+  if _CHECK.value:
+    print(f"families to search ({framework}): {', '.join(searched)}")
+    print("\n".join(f"skipped {why}" for why in skipped.values()))
+    return 0
   result = search.optimize(job, cluster, families=families, starts=_STARTS.value,
                            steps=_STEPS.value, seed=_SEED.value, top_k=_TOP_K.value,
                            progress=True, framework=framework,
@@ -155,8 +181,7 @@ def main(argv) -> int:
                            rollout_precision=tuple(_ROLLOUT_PRECISION.value),
                            dp_seeds=_DP_SEEDS.value, relaxed=_RELAXED.value, **mode)
   if not result.feasible and not result.best_by_family_s:  # every family was skipped
-    cli.fail(f"no plan on {cluster.nodes} x {cluster.gpus_per_node} "
-             f"{cluster.accelerator.name}: " + "; ".join(result.skipped.values()))
+    _refuse(cluster, result.skipped)
   rules = (search.rules_of_thumb(job, cluster, framework=framework, **mode)
            if result.feasible else ())
   print(report.format_result(result, rules), flush=True)

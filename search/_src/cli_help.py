@@ -20,7 +20,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Search", ("framework", "families", "max_staleness", "partial_rollout",
                 "rollout_precision", "starts", "steps", "seed", "relaxed", "dp_seeds",
                 "compilation_cache_dir")),
-    ("Output", ("top_k", "out", "export", "report", "verbose")),
+    ("Output", ("top_k", "out", "export", "report", "check", "verbose")),
     ("LoRA", ("lora_rank", "lora_targets", "lora_sync")),
     ("Multi-turn episodes", ("turns", "tool_latency_s_mean", "tool_latency_s_max", "env_cpu_s",
                              "env_cores", "observation_tokens", "no_kv_reuse",
