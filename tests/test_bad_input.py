@@ -89,8 +89,8 @@ API_CASES = [
     ("model path names no preset", "verl",
      _verl("actor_rollout_ref.model.path=org/mystery-7b"), OK, ["model", "'org/mystery-7b'"]),
     ("model preset", "verl", VERL, dict(OK, model="gpt-9"), ["model='gpt-9'"]),
-    ("adv_estimator", "verl", _verl("algorithm.adv_estimator=gpg"), OK,
-     ["algorithm.adv_estimator='gpg'"]),
+    ("adv_estimator", "verl", _verl("algorithm.adv_estimator=policy_magic"), OK,
+     ["algorithm.adv_estimator='policy_magic'"]),
     ("train_batch_size type", "verl", _verl("data.train_batch_size=lots"), OK,
      ["data.train_batch_size='lots'", "integer"]),
     ("train_batch_size multiple", "verl", _verl("data.train_batch_size=100"), OK,
@@ -181,7 +181,8 @@ def _call(command, args, cwd, monkeypatch, capsys):
 def _files(tmp_path):
   (tmp_path / "bad.json").write_text("{not json")
   (tmp_path / "old.json").write_text(json.dumps({"pools": {"all": 8}}))
-  (tmp_path / "bad_verl.txt").write_text("\n".join(_verl("algorithm.adv_estimator=gpg")))
+  bad = _verl("algorithm.adv_estimator=policy_magic")
+  (tmp_path / "bad_verl.txt").write_text("\n".join(bad))
   (tmp_path / "zero_batch.txt").write_text("\n".join(_verl("data.train_batch_size=0")))
 
 
@@ -200,7 +201,7 @@ CLI_CASES = [
     ("no response_mean", E, ["--from_verl", EXAMPLE], "--from_verl:", ["response_mean"]),
     ("two imports", E, [*FROM, "--from_nemo_rl", EXAMPLE], "--from_nemo_rl:", ["--from_verl"]),
     ("bad override", E, ["--from_verl", "bad_verl.txt", "--response_mean", "500"],
-     "--from_verl:", ["algorithm.adv_estimator='gpg'"]),
+     "--from_verl:", ["algorithm.adv_estimator='policy_magic'"]),
     ("zero batch", E, ["--from_verl", "zero_batch.txt", "--response_mean", "500"],
      "--from_verl:", ["train_batch_size"]),
     ("export name", E, [*FROM, "--export", "torch", "--out", "p.json"], "--export:", ["'torch'"]),
@@ -241,7 +242,7 @@ CLI_CASES = [
     ("plan partial rollout", P, ["--partial_rollout"], "--partial_rollout:",
      ["--max_staleness >= 1"]),
     ("plan import", P, ["--from_verl", "bad_verl.txt", "--response_mean", "500"],
-     "--from_verl:", ["algorithm.adv_estimator='gpg'"]),
+     "--from_verl:", ["algorithm.adv_estimator='policy_magic'"]),
     ("plan export", P, ["--export", "deepspeed", "--out", "p.json"], "--export:",
      ["'deepspeed'"]),
     ("plan relaxed", P, ["--relaxed", "maybe"], "--relaxed:", ["'maybe'"]),

@@ -78,6 +78,9 @@ def test_plan_plans_or_refuses_in_one_line(capsys, argv):
     assert re.search(r"^families to search \(\w+\): \w+", out, re.M), out
 
 
+_MODEL_PATHS = ("Qwen/Qwen2.5-1.5B", "Qwen/Qwen3-8B", "meta-llama/Llama-3.1-8B")
+
+
 def _verl_run(draw, response_max: int) -> list[str]:
   """A veRL run's overrides (a colocated GRPO/PPO job as its examples write it)."""
   n = draw(st.sampled_from([1, 2, 4, 5, 8]))
@@ -86,7 +89,7 @@ def _verl_run(draw, response_max: int) -> list[str]:
           f"data.train_batch_size={mini * draw(st.integers(1, 4))}",
           f"data.max_prompt_length={draw(st.sampled_from([256, 1024, 4096]))}",
           f"data.max_response_length={response_max}",
-          f"actor_rollout_ref.model.path={draw(st.sampled_from(['Qwen/Qwen2.5-1.5B', 'Qwen/Qwen3-8B', 'meta-llama/Llama-3.1-8B']))}",
+          f"actor_rollout_ref.model.path={draw(st.sampled_from(_MODEL_PATHS))}",
           f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}",
           "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="
           f"{draw(st.sampled_from([1, 2, 4]))}",

@@ -220,7 +220,7 @@ def check_outputs(out: str | None) -> None:
     if name not in export.FRAMEWORKS:
       raise ValueError(f"--export: {name!r} is not one of {', '.join(export.FRAMEWORKS)}")
   if _EXPORT.value and out is None:
-    raise ValueError(f"--export: writes next to the plan file; give --out too")
+    raise ValueError("--export: writes next to the plan file; give --out too")
 
 
 def job_options(algorithm: str) -> dict[str, Any]:
