@@ -1,7 +1,8 @@
 """What makes RL log-prob passes and updates slower than their mean share of the work.
 
-* a log-prob pass through a single controller pays a serial cost per token
-  (``Efficiency.infer_token_overhead_s``) that more GPUs do not shorten;
+* a log-prob pass through a single controller pays for its per-token outputs,
+  padded to the maximum response, going back to the driver
+  (:func:`infer.returned_outputs_s`), which more GPUs do not shorten;
 * an update waits for the data-parallel rank that holds its longest sequence
   (:func:`train.longest_sequence_factor`), so past some GPU count more GPUs
   stop shortening it, the sooner the longer the maximum response;
@@ -36,28 +37,43 @@ def _job(mean=1000.0, max_len=4096.0, bins=None, prompts=64.0, samples=8.0):
                   mini_batches=4)
 
 
-# ----- log-prob passes: a serial cost per token ---------------------------------
+# ----- log-prob passes: padded outputs back to the controller ------------------
 
 
 @pytest.mark.parametrize("gpus", [8.0, 64.0])
-def test_log_prob_pass_pays_a_serial_cost_per_token_whatever_the_gpus(cluster, gpus):
+def test_log_prob_outputs_return_padded_whatever_the_gpus(cluster, gpus):
   job = _job()
   layout = cm.Parallel(zero_stage=3.0)
-  none = cm.Efficiency(infer_token_overhead_s=0.0)
-  base = infer_lib.infer(MODEL, job, layout, gpus, cluster, none)
+  fast = cm.Efficiency(controller_return_bytes_per_s=1e30)
+  base = infer_lib.infer(MODEL, job, layout, gpus, cluster, fast)
   paid = infer_lib.infer(MODEL, job, layout, gpus, cluster, EFF)
-  tokens = 512.0 * (512.0 + 1000.0)
+  ref = infer_lib.infer(MODEL, job, layout, gpus, cluster, EFF, entropy=False)
+  # 512 samples x 4,096 padded response tokens x (log-prob + entropy, fp32).
+  padded = 512.0 * 4096.0
   assert float(paid.overhead_s - base.overhead_s) == pytest.approx(
-      tokens * EFF.infer_token_overhead_s, rel=1e-5)
+      padded * 8.0 / EFF.controller_return_bytes_per_s, rel=1e-5)
+  # The reference pass returns one fp32 per token, no entropy.
+  assert float(ref.overhead_s - base.overhead_s) == pytest.approx(
+      padded * 4.0 / EFF.controller_return_bytes_per_s, rel=1e-5)
   assert float(paid.compute_s) == pytest.approx(float(base.compute_s), rel=1e-6)
   spmd = infer_lib.infer(MODEL, job, layout, gpus, cluster, EFF, controller=False)
-  spmd_none = infer_lib.infer(MODEL, job, layout, gpus, cluster, none, controller=False)
-  assert float(spmd.overhead_s) == pytest.approx(float(spmd_none.overhead_s), rel=1e-9)
+  spmd_fast = infer_lib.infer(MODEL, job, layout, gpus, cluster, fast, controller=False)
+  assert float(spmd.overhead_s) == pytest.approx(float(spmd_fast.overhead_s), rel=1e-9)
 
 
-def test_infer_token_overhead_is_checked():
-  with pytest.raises(ValueError, match="infer_token_overhead_s"):
-    cm.Efficiency(infer_token_overhead_s=-1e-6)
+def test_returned_outputs_follow_the_maximum_not_the_mean():
+  short = _job(mean=500.0, max_len=4096.0)
+  long = _job(mean=2000.0, max_len=4096.0)
+  assert float(infer_lib.returned_outputs_s(short, EFF)) == pytest.approx(
+      float(infer_lib.returned_outputs_s(long, EFF)), rel=1e-9)
+  wide = _job(mean=500.0, max_len=8192.0)
+  assert float(infer_lib.returned_outputs_s(wide, EFF)) == pytest.approx(
+      2.0 * float(infer_lib.returned_outputs_s(short, EFF)), rel=1e-9)
+
+
+def test_controller_return_rate_is_checked():
+  with pytest.raises(ValueError, match="controller_return_bytes_per_s"):
+    cm.Efficiency(controller_return_bytes_per_s=0.0)
 
 
 # ----- updates wait for the rank with the longest sequence ----------------------

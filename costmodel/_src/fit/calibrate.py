@@ -41,8 +41,7 @@ DEFAULT_FIT = ("matmul_half_rows", "attention_efficiency", "memory_half_time_s",
                "sync_overhead_s", "sync_per_tensor_s", "switch_overhead_s", "train_efficiency",
                "cpu_optimizer_params_per_s", "decode_seq_overhead_s", "decode_rank_overhead_s",
                "eager_layer_overhead_s", "cross_node_step_overhead_s", "sync_per_bucket_s",
-               "sync_export_bytes_per_s", "batch_transfer_bytes_per_s", "train_call_overhead_s",
-               "infer_token_overhead_s")
+               "sync_export_bytes_per_s", "batch_transfer_bytes_per_s", "train_call_overhead_s")
 LOSSES = ("squared", "huber")
 
 class CaseError(NamedTuple):

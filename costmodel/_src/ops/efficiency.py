@@ -74,13 +74,6 @@ class Efficiency:
       leave NVLink. 5 ms (a Ray task round trip is milliseconds).
     generate_overhead_s: Fixed overhead per generation stage.
     infer_overhead_s: Fixed overhead per inference stage.
-    infer_token_overhead_s: Serial cost per token of a log-prob (inference)
-      pass run through a single controller, whatever the GPUs: the driver
-      splits the batch, the workers pack it into token-budget micro-batches,
-      and the per-token outputs (log-probs, entropy) come back and are
-      re-padded and concatenated. 2.2 us, fitted on veRL's public
-      ``old_log_prob`` rows (the part of the stage that does not shrink with
-      the GPU count: 33 s of 108 s on 32 H20 for 12 M tokens).
     train_overhead_s: Fixed overhead per optimizer update (mini-batch).
     train_call_overhead_s: Fixed overhead per call into the trainer (one per
       training stage, or one per ``Mode.require_batches`` mini-batches when
@@ -112,6 +105,18 @@ class Efficiency:
       mask and position ids as int64: 24-32 bytes per token).
     batch_transfer_bytes_per_s: Throughput of that hand-off through the
       single controller (Ray object store: serialise, put, get).
+    controller_return_bytes_per_s: Rate at which a single controller takes
+      back the per-token outputs of a log-prob pass, padded to
+      ``[samples, max response]`` (:func:`infer.returned_outputs_s`): veRL's
+      driver deserialises every worker's ``old_log_probs`` and ``entropys``
+      (fp32), concatenates them, unions them into the batch and reduces them
+      on its CPU under the ``old_log_prob`` timer (the entropy aggregate and,
+      with rollout log-probs, the rollout-versus-actor metrics;
+      ``verl/trainer/ppo/ray_trainer.py`` @b178a3c). 58 MB/s (about twenty
+      single-threaded passes over the fp32 elements), fitted on the part of
+      veRL's ``old_log_prob`` rows rl:1/3/5 that does not shrink with the GPU
+      count (33 s of 108 s on 32 H20 for 8,192 x 28,672 padded response
+      tokens); the update returns metrics only.
     switch_overhead_s: Fixed cost of one train <-> generate switch on a shared
       pool (engine sleep/wake, allocator).
     train_efficiency: Multiplier on training-stage compute efficiency
@@ -161,7 +166,6 @@ class Efficiency:
   cross_node_step_overhead_s: jax.Array | float = 5e-3
   generate_overhead_s: jax.Array | float = 1.0
   infer_overhead_s: jax.Array | float = 0.5
-  infer_token_overhead_s: jax.Array | float = 2.2e-6
   train_overhead_s: jax.Array | float = 0.05
   train_call_overhead_s: jax.Array | float = 7.2
   sync_overhead_s: jax.Array | float = 0.05
@@ -171,6 +175,7 @@ class Efficiency:
   sync_per_bucket_s: jax.Array | float = 20e-3
   batch_transfer_bytes_per_token: jax.Array | float = 32.0
   batch_transfer_bytes_per_s: jax.Array | float = 1e9
+  controller_return_bytes_per_s: jax.Array | float = 58e6
   switch_overhead_s: jax.Array | float = 1.0
   train_efficiency: jax.Array | float = 1.0
   cpu_optimizer_params_per_s: jax.Array | float = 1e9
@@ -195,6 +200,7 @@ class Efficiency:
         sync_bucket_bytes=self.sync_bucket_bytes,
         sync_export_bytes_per_s=self.sync_export_bytes_per_s,
         batch_transfer_bytes_per_s=self.batch_transfer_bytes_per_s,
+        controller_return_bytes_per_s=self.controller_return_bytes_per_s,
         matmul_half_width=self.matmul_half_width,
         matmul_tile_rows=self.matmul_tile_rows,
         matmul_width_exponent=self.matmul_width_exponent,
@@ -216,7 +222,6 @@ class Efficiency:
         batch_transfer_bytes_per_token=self.batch_transfer_bytes_per_token,
         generate_overhead_s=self.generate_overhead_s,
         infer_overhead_s=self.infer_overhead_s,
-        infer_token_overhead_s=self.infer_token_overhead_s,
         train_overhead_s=self.train_overhead_s,
         train_call_overhead_s=self.train_call_overhead_s,
         sync_overhead_s=self.sync_overhead_s,

@@ -61,13 +61,38 @@ def expected_longest(knots, n_requests):
   return knots[-2] + p * (knots[-1] - knots[-2])
 
 
+# Bytes per padded response token a pass returns to a single controller: the
+# old log-prob pass returns ``old_log_probs`` and ``entropys`` in fp32
+# (``compute_log_prob`` of verl/workers/fsdp_workers.py @b178a3c); the reference
+# pass ``ref_log_prob``, a value or reward pass one fp32 (``compute_ref_log_prob``,
+# ``compute_values``).
+LOG_PROB_RETURN_BYTES = 8.0
+ONE_OUTPUT_RETURN_BYTES = 4.0
+
+
+def returned_outputs_s(job: RLJob, eff: Efficiency, samples=None,
+                       bytes_per_token=LOG_PROB_RETURN_BYTES):
+  """The controller taking back a pass's per-token outputs, padded.
+
+  A single controller receives each pass's per-token outputs padded to
+  ``[samples, max response]`` and deserialises, concatenates and reduces
+  them in one process (``Efficiency.controller_return_bytes_per_s``): a cost
+  per padded response token, whatever the GPUs.
+  """
+  n = job.samples_per_step if samples is None else jnp.asarray(samples, float)
+  return n * job.response.max * bytes_per_token / eff.controller_return_bytes_per_s
+
+
 def batch_transfer_s(job: RLJob, eff: Efficiency, samples=None):
   """Hand-off of one step's batch between roles through the controller.
 
   veRL's single controller moves a ``DataProto`` padded to the maximum
   prompt + response length (token ids, attention mask, position ids, and
   the per-token results) through the Ray object store at every stage
-  boundary; the cost is per padded token, whatever the GPUs.
+  boundary: the driver serialises it (``DataProto.__getstate__``:
+  ``consolidate``, then ``torch.save`` into a buffer; ``verl/protocol.py``
+  @b178a3c) and chunks it to the workers. The cost is per padded token,
+  whatever the GPUs.
   """
   n = job.samples_per_step if samples is None else jnp.asarray(samples, float)
   padded = n * (jnp.asarray(job.prompt_len, float) + job.response.max)
@@ -91,7 +116,7 @@ def weight_shard(model: ModelSpec, layout: Parallel, dp):
 
 def infer(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cluster,
           eff: Efficiency, tau=0.0, samples=None, lm_head: bool = True,
-          controller: bool = True) -> common.StageCost:
+          controller: bool = True, entropy: bool = True) -> common.StageCost:
   """Cost of one forward pass over the step's samples.
 
   Args:
@@ -104,8 +129,11 @@ def infer(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
     tau: Smoothing temperature.
     samples: Samples to score (default: the job's samples per step).
     lm_head: False for value and reward heads (one output per token).
-    controller: The batch arrives through a single controller
-      (:func:`batch_transfer_s` in the overhead).
+    controller: The batch arrives through a single controller and the
+      per-token outputs go back to it (:func:`batch_transfer_s` and
+      :func:`returned_outputs_s` in the overhead).
+    entropy: The pass also returns the entropy (veRL's old log-prob pass;
+      not the reference pass, nor a value or reward head).
   """
   hw = cluster.accelerator
   n = job.samples_per_step if samples is None else jnp.asarray(samples, float)
@@ -134,7 +162,9 @@ def infer(model: ModelSpec, job: RLJob, layout: Parallel, pool_gpus, cluster: Cl
   comm_s = m * (pt.comm_s + gather_exposed)
   bubble_s = (layout.pp - 1.0) * stage_s
   overhead_s = eff.infer_overhead_s + (
-      batch_transfer_s(job, eff, n) + n * seq * eff.infer_token_overhead_s if controller else 0.0)
+      batch_transfer_s(job, eff, n) + returned_outputs_s(
+          job, eff, n, LOG_PROB_RETURN_BYTES if lm_head and entropy
+          else ONE_OUTPUT_RETURN_BYTES) if controller else 0.0)
   flops = n * seq * model.forward_flops_per_token(ctx)
   work_gpu_s = flops / (hw.peak_flops_per_s * hw.matmul_efficiency_max)
   depth_s = layout.pp * stage_s  # one micro-batch through every stage

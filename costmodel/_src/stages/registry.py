@@ -97,7 +97,8 @@ def _generate(model, layout, device, job, eff, tau, ctx):
 
 def _infer(model, layout, device, job, eff, tau, ctx):
   cost = infer_lib.infer(model, job, layout, ctx.pool_gpus, on_device(ctx.cluster, device),
-                         eff, tau, lm_head=ctx.lm_head, controller=ctx.controller)
+                         eff, tau, lm_head=ctx.lm_head, controller=ctx.controller,
+                         entropy=ctx.role != "reference")
   if (job.lora is not None and job.lora.shared_reference and ctx.role == "reference"
       and ctx.with_actor):
     return lora_stages.shared_reference(cost)
