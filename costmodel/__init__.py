@@ -12,7 +12,10 @@ from costmodel import validation
 from costmodel._src import xla_options
 from costmodel._src.fit.calibrate import CalibrationResult
 from costmodel._src.fit.calibrate import calibrate
+from costmodel._src.fit.calibrate import SourceRow
+from costmodel._src.fit.calibrate import SourceValidation
 from costmodel._src.fit.calibrate import split_cases
+from costmodel._src.fit.calibrate import validate_by_source
 from costmodel._src.fit.measurements import StageTimes
 from costmodel._src.fit.measurements import published_table
 from costmodel._src.fit.measurements import read_verl_log
@@ -93,6 +96,8 @@ __all__ = (
     "ResponseLength",
     "RolePlan",
     "Rule",
+    "SourceRow",
+    "SourceValidation",
     "Speculative",
     "StageTimes",
     "build_plan",
@@ -127,6 +132,7 @@ __all__ = (
     "stage_names",
     "stage_reads",
     "steady_state",
+    "validate_by_source",
     "validate_plan",
     "validation",
     "verl_log_cases",

@@ -19,10 +19,14 @@ from costmodel._src.fit.validation.report import summary
 from costmodel._src.fit.validation.rl_cases import SKIPPED_RL
 from costmodel._src.fit.validation.rl_cases import inferred_means
 from costmodel._src.fit.validation.rl_cases import runs as rl_runs
+from costmodel._src.fit.validation.sources import STAGE_KINDS
+from costmodel._src.fit.validation.sources import source_of
+from costmodel._src.fit.validation.sources import stage_kind
 from costmodel._src.fit.validation.sync_cases import SKIPPED_MORE
 
 GROUPS = ("training", "memory", "kernel", "decode", "collective", "moe", "fp8", "rl_step",
-          "rl_stage", "rl_sync", "feasibility", "rl_lora", "lora_max_batch", "rl_multi_turn")
+          "rl_stage", "rl_sync", "feasibility", "rl_lora", "lora_max_batch", "rl_multi_turn",
+          "rl_rest")
 
 
 def cases(groups: Sequence[str] | None = None) -> list[Case]:
@@ -46,11 +50,15 @@ def cases(groups: Sequence[str] | None = None) -> list[Case]:
   if {"rl_lora", "lora_max_batch"} & set(groups):
     from costmodel._src.fit.validation import lora_cases  # pylint: disable=g-import-not-at-top
     out += [c for c in lora_cases.cases() if c.group in groups]
+  if "rl_rest" in groups:
+    from costmodel._src.fit.validation import rest_cases  # pylint: disable=g-import-not-at-top
+    out += rest_cases.cases()
   if "rl_multi_turn" in groups:
     from costmodel._src.fit.validation import agentic_cases  # pylint: disable=g-import-not-at-top
     out += agentic_cases.cases()
   return out
 
 
-__all__ = ("Case", "GROUPS", "Row", "SKIPPED", "SKIPPED_MORE", "SKIPPED_RL", "cases", "evaluate",
-           "inferred_means", "markdown", "rl_runs", "summary")
+__all__ = ("Case", "GROUPS", "Row", "SKIPPED", "SKIPPED_MORE", "SKIPPED_RL", "STAGE_KINDS", "cases",
+           "evaluate", "inferred_means", "markdown", "rl_runs", "source_of", "stage_kind",
+           "summary")

@@ -41,7 +41,8 @@ DEFAULT_FIT = ("matmul_half_rows", "attention_efficiency", "memory_half_time_s",
                "sync_overhead_s", "sync_per_tensor_s", "switch_overhead_s", "train_efficiency",
                "cpu_optimizer_params_per_s", "decode_seq_overhead_s", "decode_rank_overhead_s",
                "eager_layer_overhead_s", "cross_node_step_overhead_s", "sync_per_bucket_s",
-               "sync_export_bytes_per_s", "batch_transfer_bytes_per_s", "train_call_overhead_s")
+               "sync_export_bytes_per_s", "batch_transfer_bytes_per_s", "train_call_overhead_s",
+               "controller_return_bytes_per_s")
 LOSSES = ("squared", "huber")
 
 class CaseError(NamedTuple):
@@ -193,3 +194,112 @@ def calibrate(fit: Sequence[Case], held_out: Sequence[Case] = (),
     rows.append(CaseError(c.row_id, c.group, c.label, float(c.published),
                           float(c.predict(eff0)), float(c.predict(fitted)), is_fit))
   return CalibrationResult(fitted, eff0, tuple(rows), history, chosen, scores)
+
+
+class SourceRow(NamedTuple):
+  """One case predicted with the defaults, fitted on every source, and fitted
+  on every source but its own."""
+
+  row_id: str
+  group: str
+  kind: str
+  label: str
+  source: str
+  published: float
+  default: float
+  in_sample: float
+  out_of_source: float
+
+  @property
+  def error_default(self) -> float:
+    return relative_error(self.default, self.published)
+
+  @property
+  def error_in_sample(self) -> float:
+    return relative_error(self.in_sample, self.published)
+
+  @property
+  def error_out_of_source(self) -> float:
+    return relative_error(self.out_of_source, self.published)
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceValidation:
+  """Leave-one-source-out validation (:func:`validate_by_source`).
+
+  Attributes:
+    efficiency: Parameters fitted on every source at the chosen prior.
+    initial: The starting parameters (the prior's centre).
+    rows: One :class:`SourceRow` per case.
+    prior: The prior weight that predicts held-out sources best.
+    scores: Score per prior offered (mean over groups of the median absolute
+      log error out of source).
+    loss_history: The loss of the fit on every source at each step.
+    held_out: Per source, the parameters fitted on every other source.
+  """
+
+  efficiency: Efficiency
+  initial: Efficiency
+  rows: tuple[SourceRow, ...]
+  prior: float
+  scores: dict
+  loss_history: np.ndarray
+  held_out: dict = dataclasses.field(default_factory=dict)
+
+  def sources(self) -> list[str]:
+    return sorted({r.source for r in self.rows})
+
+
+def validate_by_source(cases: Sequence[Case], efficiency: Efficiency | None = None,
+                       fields: Sequence[str] = DEFAULT_FIT, steps: int = 200,
+                       learning_rate: float = 0.05, prior: float | Sequence[float] = 0.01, *,
+                       loss: str = "huber", huber_delta: float = 0.2,
+                       weighting: str = "group") -> SourceValidation:
+  """Leaves each source out in turn: fits ``fields`` on the cases of every
+  other source and predicts its cases; fits once more on every case.
+
+  The source of a case is the document its figures come from
+  (:func:`~costmodel._src.fit.validation.sources.source_of`). With several
+  ``prior`` weights, the one whose out-of-source predictions score best is
+  chosen, and ``efficiency`` of the result is the fit on every case at it.
+
+  Raises:
+    ValueError: as :func:`calibrate`, for a case of no known source, or fewer
+      than two sources.
+  """
+  from costmodel._src.fit.validation import sources as sources_lib  # pylint: disable=g-import-not-at-top
+  if not cases:
+    raise ValueError("calibrate: cases must hold at least one case")
+  if loss not in LOSSES:
+    raise ValueError(f"calibrate: loss={loss!r} must be one of {LOSSES}")
+  eff0 = efficiency if efficiency is not None else Efficiency()
+  known = {f.name for f in dataclasses.fields(Efficiency)}
+  for f in fields:
+    if f not in known:
+      raise ValueError(f"calibrate: field={f!r} is not an Efficiency field ({sorted(known)})")
+  for c in cases:
+    if not np.isfinite(c.published) or c.published <= 0:
+      raise ValueError(f"calibrate: case {c.row_id} published={c.published} must be > 0")
+  priors = np.atleast_1d(np.asarray(prior, float))
+  if priors.size == 0 or (priors < 0).any():
+    raise ValueError(f"calibrate: prior={prior} must be one or more weights >= 0")
+  srcs = [sources_lib.source_of(c.row_id) for c in cases]
+  delta = huber_delta if loss == "huber" else 1e6
+  with jax.enable_x64(True):
+    objective = objective_lib.Objective(cases, eff0, tuple(fields))
+    weights = objective_lib.case_weights(cases, weighting)
+    chosen, z, history, scores, e_in, e_out, held_z = cross_validate.by_source(
+        objective, weights, srcs, priors, delta, steps, learning_rate)
+
+    def concrete(zz):
+      eff = objective.make(zz)
+      return dataclasses.replace(eff, **{f: float(getattr(eff, f)) for f in fields})
+
+    fitted = concrete(z)
+    held = {s: concrete(zz) for s, zz in held_z.items()}
+  rows = []
+  for c, s, a, b in zip(cases, srcs, e_in, e_out, strict=True):
+    rows.append(SourceRow(c.row_id, c.group, sources_lib.stage_kind(c), c.label, s,
+                          float(c.published), float(c.predict(eff0)),
+                          float(c.published * np.exp(a)), float(c.published * np.exp(b))))
+  return SourceValidation(fitted, eff0, tuple(rows), chosen, scores, history, held)

@@ -91,3 +91,63 @@ def choose(objective, weights: np.ndarray, priors: np.ndarray, delta: float, ste
       scores[float(p)] = score(oof, groups)
     best = int(np.argmin([np.nan_to_num(scores[float(p)], nan=np.inf) for p in priors]))
   return float(priors[best]), {f: v[best] for f, v in z.items()}, history[:, best], scores
+
+
+def source_ids(sources: Sequence[str]) -> tuple[np.ndarray, list[str]]:
+  """A fold number per case, one fold per source, and the sources in fold order."""
+  names = sorted(set(sources))
+  index = {s: k for k, s in enumerate(names)}
+  return np.asarray([index[s] for s in sources], int), names
+
+
+def by_source(objective, weights: np.ndarray, sources: Sequence[str], priors: np.ndarray,
+              delta: float, steps: int, learning_rate: float):
+  """Leave one source out: for every prior, one fit on every case and one fit
+  per source on the others, side by side in one batch.
+
+  A source with every case of the fit (nothing left to fit on) is refused.
+  The score of a prior is :func:`score` of the out-of-source errors (each case
+  predicted by the fit that did not see its source).
+
+  Returns:
+    ``(prior, z, history, scores, in_errors, out_errors, held)``: the chosen
+    prior, its parameters fitted on every case (dict of scalars), its loss
+    history, the score of every prior, the log error of every case in sample
+    and out of source at the chosen prior, and per source the parameters
+    fitted without it (dict of scalars).
+
+  Raises:
+    ValueError: for fewer than two sources.
+  """
+  ids, names = source_ids(sources)
+  if len(names) < 2:
+    raise ValueError(f"calibrate: leaving one source out needs two or more sources, got "
+                     f"{names}")
+  n_s = len(names)
+  sets_w, sets_p = [], []
+  for p in priors:
+    sets_w.append(weights)
+    sets_p.append(p)
+    for k in range(n_s):
+      w = np.where(ids == k, 0.0, weights)
+      sets_w.append(w / w.sum())
+      sets_p.append(p)
+  sets_w = np.stack(sets_w)
+  z, history = objective_lib.fit_batch(objective, sets_w, np.asarray(sets_p),
+                                       np.full(len(sets_p), delta), steps, learning_rate)
+  _, _, errors = objective(z, np.ones_like(sets_w), np.full(len(sets_p), delta),
+                           with_errors=True)
+  groups = [c.group for c in objective.cases]
+  scores, outs = {}, []
+  for j, p in enumerate(priors):
+    base = j * (n_s + 1)
+    out = np.empty(len(groups))
+    for k in range(n_s):
+      out[ids == k] = errors[base + 1 + k, ids == k]
+    outs.append(out)
+    scores[float(p)] = score(out, groups)
+  best = int(np.argmin([np.nan_to_num(scores[float(p)], nan=np.inf) for p in priors]))
+  row = best * (n_s + 1)
+  held = {name: {f: v[row + 1 + k] for f, v in z.items()} for k, name in enumerate(names)}
+  return (float(priors[best]), {f: v[row] for f, v in z.items()}, history[:, row], scores,
+          errors[row], outs[best], held)

@@ -12,6 +12,7 @@ _TABLE_FILES: dict[str, str] = {
     "rl": "published_rl.csv",
     "training_inference": "published_training_inference.csv",
     "moe_fp8": "published_moe_fp8.csv",
+    "rl_more": "published_rl_more.csv",
 }
 
 _TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -33,6 +34,12 @@ _TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "moe_fp8": (
         "id", "category", "workload", "hardware", "n_gpus", "precision", "parallel",
         "batch_seq", "metric", "value", "unit", "source", "notes",
+    ),
+    "rl_more": (
+        "id", "source", "commit_or_date", "model", "gpus", "gpu_type", "placement",
+        "train_parallel", "gen_parallel", "prompt_len", "resp_max", "resp_mean",
+        "prompts_per_step", "n_per_prompt", "mini_batch", "metric", "value", "unit",
+        "breakdown", "confidence", "notes",
     ),
 }  # fmt: skip
 

@@ -44,18 +44,36 @@ class Efficiency:
   """Calibratable efficiency parameters.
 
   Attributes:
-    matmul_half_rows: GEMM rows (tokens) at which efficiency is half its max.
-    matmul_exponent: Steepness of the GEMM efficiency curve.
-    attention_efficiency: Attention-core efficiency relative to GEMMs.
-    memory_half_time_s: Ideal transfer time at which HBM efficiency is half.
-    memory_exponent: Steepness of the HBM efficiency curve.
+    matmul_half_rows: GEMM rows (tokens) at which efficiency is half its max:
+      wave and tile quantisation of short GEMMs. 48: Vidur's H100 MLP
+      profiles (microsoft/vidur ``data/profiling/compute`` @7d47513: 63% of
+      peak at 256 tokens, 69-74% at 4,096).
+    matmul_exponent: Steepness of the GEMM row curve (1, the same fit).
+    attention_efficiency: Attention-core efficiency relative to GEMMs: the
+      softmax and its rescaling between the two GEMMs of a FlashAttention
+      tile. 0.7: FlashAttention-2 reaches 50-73% of the A100's peak in the
+      forward pass (Dao, arXiv:2307.08691) where GEMMs reach 80-90%.
+    memory_half_time_s: Ideal transfer time at which HBM efficiency is half:
+      launch and latency of short transfers. 0.5 us: Calculon's memory
+      curve (60% at 1 MB, 75% at 10 MB, 90% above 100 MB; calculon-ai/calculon
+      system files).
+    memory_exponent: Steepness of the HBM efficiency curve (the same fit).
     link_efficiency: Multiplier on the accelerator's measured link
-      efficiencies (``Hardware.scaleup_efficiency`` and ``scaleout_efficiency``).
-    host_efficiency: Achieved fraction of host-link bandwidth for offload.
+      efficiencies (``Hardware.scaleup_efficiency`` and ``scaleout_efficiency``,
+      set from nccl-tests bus bandwidths: NVIDIA/nccl-tests issues #119,
+      #149, #290 and Vidur's all-reduce profiles). 1: the presets as measured.
+    host_efficiency: Achieved fraction of host-link bandwidth for offload:
+      pinned host-device copies. 0.8: cuda-samples' ``bandwidthTest`` pinned
+      copies reach about 80% of a PCIe link's rate.
     dp_overlap: Fraction of data-parallel gradient traffic hidden behind the
-      backward pass.
+      backward pass: bucketed gradient reduction launched as the backward
+      frees each bucket (Li et al., PyTorch Distributed, VLDB 2020; Megatron's
+      ``overlap_grad_reduce``). 0.7, fitted on the Megatron-LM and Korthikanti
+      et al. training rows (``published_training_inference.csv`` 1-10, 21-28).
     decode_step_overhead_s: Engine overhead per decode step (scheduler, input
-      preparation, Python), per engine, whatever the batch.
+      preparation, Python), per engine, whatever the batch. 1.5 ms: vLLM's
+      CPU time per step at small batch (vLLM blog 2024-09-05), held by the
+      vLLM serving rows (``published_training_inference.csv`` 57-58).
     decode_seq_overhead_s: Engine overhead per running sequence per decode
       step (sampling, detokenisation, stop checks, block tables). 20 us: vLLM
       0.5's scheduling took 29% of a Llama-3-8B step on one H100 against 38%
@@ -72,9 +90,19 @@ class Efficiency:
       group spans scale-up domains: the scheduler output travels to remote
       workers by RPC (vLLM's Ray executor) and the per-layer all-reduces
       leave NVLink. 5 ms (a Ray task round trip is milliseconds).
-    generate_overhead_s: Fixed overhead per generation stage.
-    infer_overhead_s: Fixed overhead per inference stage.
-    train_overhead_s: Fixed overhead per optimizer update (mini-batch).
+    generate_overhead_s: Fixed overhead per generation stage: the controller
+      submits the step's requests to every engine and collects and
+      detokenises the outputs (veRL's ``generate_sequences``). 1 s, an upper
+      bound: veRL's untimed rest of rl:3 and rl:5 (10.7-10.9 s) holds it with
+      the reward.
+    infer_overhead_s: Fixed overhead per inference stage: one remote call
+      into every worker of the pool and the barrier that collects them (veRL's
+      ``RayWorkerGroup`` dispatch and collect, ``verl/single_controller``).
+      0.5 s, within the same bound.
+    train_overhead_s: Fixed overhead per optimizer update (mini-batch): the
+      gradient-norm all-reduce and clipping, the scheduler step and the
+      mini-batch's metric reductions (veRL ``dp_actor.update_policy``). 0.05 s,
+      a few collectives and kernel launches.
     train_call_overhead_s: Fixed overhead per call into the trainer (one per
       training stage, or one per ``Mode.require_batches`` mini-batches when
       streaming): a remote call to every worker, the batch split and
@@ -87,7 +115,9 @@ class Efficiency:
       inside one node in 0.02 s, all costs included).
     sync_per_tensor_s: Weight-sync overhead per tensor with the ``per_tensor``
       backend (one NCCL broadcast or ``load_weights`` call per tensor, dtype and
-      layout conversion).
+      layout conversion). 0.5 ms, fitted on veRL's per-tensor sync rows
+      (``published_rl.csv`` rl:12, rl:13: 15.8 s for Qwen3-30B-A3B, 58.6 s
+      for Qwen3-235B-A22B).
     sync_export_bytes_per_s: Rate at which a trainer exports full tensors for
       a full-tensor sync (``per_tensor``, ``bucketed`` backends, not
       colocated): gathering TP/EP shards into the engine's names and layout,
@@ -98,13 +128,20 @@ class Efficiency:
     sync_bucket_bytes: Bucket size of the ``bucketed`` and ``ipc`` backends
       (NeMo-RL's refit and veRL's checkpoint engine default to 4,096 MiB).
     sync_per_bucket_s: Cost per bucket (pack, launch, unpack into the
-      engine's fused parameters).
+      engine's fused parameters). 20 ms, fitted on veRL's bucketed rows
+      (rl:12, rl:13) and NeMo-RL's refit rows (``published_rl_more.csv``
+      N15-N18).
     batch_transfer_bytes_per_token: Bytes per padded token of the batch that
       moves between roles at each stage boundary (veRL's ``DataProto`` pads
       every response to the maximum length and carries token ids, attention
       mask and position ids as int64: 24-32 bytes per token).
     batch_transfer_bytes_per_s: Throughput of that hand-off through the
-      single controller (Ray object store: serialise, put, get).
+      single controller: the driver serialises the batch
+      (``DataProto.__getstate__``: ``consolidate``, then ``torch.save`` into a
+      buffer; ``verl/protocol.py`` @b178a3c), puts it in the Ray object store
+      and every worker gets and deserialises its chunk, several copies of
+      the batch in one process. 1 GB/s, within veRL's untimed rest of rl:3
+      and rl:5.
     controller_return_bytes_per_s: Rate at which a single controller takes
       back the per-token outputs of a log-prob pass, padded to
       ``[samples, max response]`` (:func:`infer.returned_outputs_s`): veRL's
@@ -118,11 +155,16 @@ class Efficiency:
       count (33 s of 108 s on 32 H20 for 8,192 x 28,672 padded response
       tokens); the update returns metrics only.
     switch_overhead_s: Fixed cost of one train <-> generate switch on a shared
-      pool (engine sleep/wake, allocator).
+      pool: the engine's sleep and wake-up (vLLM's sleep mode frees and
+      re-maps the weights' and KV cache's memory, CuMemAllocator) and the
+      trainer's offload calls. 1 s, part of veRL's colocated ``gen`` timer.
     train_efficiency: Multiplier on training-stage compute efficiency
-      (framework overhead: FSDP, dynamic batching, padding).
+      (framework overhead: FSDP, dynamic batching, padding). 1: none; the
+      RL-specific costs are modelled as their own terms.
     cpu_optimizer_params_per_s: Parameters per second one GPU's host process
-      updates with an offloaded (CPU) Adam.
+      updates with an offloaded (CPU) Adam: DeepSpeed's vectorised CPU-Adam
+      (Ren et al., ZeRO-Offload, ATC'21) on the cores of one GPU's share of a
+      host. 1e9, the order of its published step rates.
     matmul_tile_rows: Rows a GEMM with very few rows is padded to (the
       smallest M tile of decode-time GEMM and fused-MoE kernels: 16 in
       Triton fused-MoE and DeepGEMM's masked layout); see
@@ -132,8 +174,11 @@ class Efficiency:
       efficiency; see :func:`gemm_efficiency`.
     matmul_width_exponent: Steepness of the width factor.
     fp8_matmul_efficiency: Best FP8 GEMM efficiency relative to the BF16 one
-      (``matmul_efficiency_max``), applied to the FP8 peak.
-    fp4_matmul_efficiency: Likewise for FP4 GEMMs on the FP4 peak.
+      (``matmul_efficiency_max``), applied to the FP8 peak. 0.95: DeepGEMM's
+      compute-bound FP8 rows (deepseek-ai/DeepGEMM README @55ab91f).
+    fp4_matmul_efficiency: Likewise for FP4 GEMMs on the FP4 peak. 0.85: no
+      public FP4 row is validated; set below the FP8 value for the block
+      scales' extra operands.
     moe_imbalance: Tokens of the busiest expert rank over the mean (routing
       skew or capacity factor, >= 1): expert GEMMs and the expert all-to-all
       run at the pace of that rank. 1 is balanced routing, what the public
@@ -144,6 +189,8 @@ class Efficiency:
       fitted on the Megatron-Core MoE recipe rows of the validation set.
     convert_per_tensor_s: Weight-sync cost per tensor of a format conversion
       (BF16 trainer to FP8 engine: block scales, quantisation kernels).
+      0.12 ms: a few kernel launches and a small reduction per tensor; no
+      public row isolates it (NeMo-RL's FP8 refit, N17, is left out).
     matmul_stream_half_bytes: Output width of a GEMM, in bytes of its input
       format (N x bytes per element), at which its operand stream reaches
       half the HBM efficiency of a wide one; see :func:`stream_efficiency`.
