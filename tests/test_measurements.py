@@ -36,6 +36,7 @@ def _jsonl(*objects):
         ("rl", "published_rl.csv", 40),
         ("training_inference", "published_training_inference.csv", 47),
         ("moe_fp8", "published_moe_fp8.csv", 39),
+        ("rl_more", "published_rl_more.csv", 28),
     ],
 )
 def test_published_table_rows_and_columns(name, filename, n_rows):
@@ -61,7 +62,7 @@ def test_published_table_values_are_text():
 
 
 def test_published_table_unknown_name():
-    with pytest.raises(ValueError, match=r"'sft'.*\['moe_fp8', 'rl', 'training_inference'\]"):
+    with pytest.raises(ValueError, match=r"'sft'.*\['moe_fp8', 'rl', 'rl_more', 'training_inference'\]"):
         published_table("sft")
 
 
