@@ -31,6 +31,9 @@ _STEPS = flags.DEFINE_integer("steps", 200, "Calibration steps.")
 _LOSS = flags.DEFINE_enum("loss", "huber", ["squared", "huber"], "Loss of the log errors.")
 _WEIGHTING = flags.DEFINE_enum("weighting", "group", ["case", "group", "row"],
                                "Weight of each case in the loss.")
+_README = flags.DEFINE_string("readme", "", "A README whose block between "
+                              "'<!-- accuracy:start -->' and '<!-- accuracy:end -->' is "
+                              "replaced by the summary (empty: none).")
 _PRIORS = flags.DEFINE_list("priors", ["0.01", "0.1", "1"],
                             "Prior weights, chosen by the out-of-source score.")
 
@@ -72,6 +75,24 @@ def _default_job() -> list[str]:
   return ["```", *out[:1], *out[start:end + 1], "```"]
 
 
+def _write_readme(path: str, lines: list[str]) -> None:
+  """Replaces the README's accuracy block by ``lines``.
+
+  Raises:
+    ValueError: when the README lacks either marker.
+  """
+  start, end = "<!-- accuracy:start -->", "<!-- accuracy:end -->"
+  with open(path, encoding="utf-8") as f:
+    text = f.read()
+  if start not in text or end not in text:
+    raise ValueError(f"readme={path!r} must hold {start!r} and {end!r}")
+  head, rest = text.split(start, 1)
+  _, tail = rest.split(end, 1)
+  body = "\n".join(line.replace("# Fidelity report", "Fidelity summary", 1) for line in lines)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(f"{head}{start}\n{body}\n{end}{tail}")
+
+
 def main(argv):
   del argv
   os.makedirs(_OUT.value, exist_ok=True)
@@ -88,8 +109,8 @@ def main(argv):
   all_rows = list(v.rows) + extra
   text = _header()
   text += tables.method(v, _LOSS.value, _WEIGHTING.value, len(fit), len(others))
-  text += tables.kind_table(all_rows)
-  text += tables.source_table(all_rows)
+  summary = tables.kind_table(all_rows) + tables.source_table(all_rows)
+  text += summary
   text += tables.stage_table(all_rows)
   text += ["## The default job's best plan (`rlcost-plan`, no flags)", ""]
   text += _default_job()
@@ -103,6 +124,8 @@ def main(argv):
                                        **cm.validation.SKIPPED_MORE}.items()]
   with open(os.path.join(_OUT.value, "fidelity.md"), "w", encoding="utf-8") as f:
     f.write("\n".join(text) + "\n")
+  if _README.value:
+    _write_readme(_README.value, text[:3] + summary)
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   ok = [r for r in all_rows if r.group not in ("feasibility", "lora_max_batch")]
