@@ -13,9 +13,7 @@ Usage:
 
 from __future__ import annotations
 
-import datetime
 import os
-import platform
 import subprocess
 import sys
 
@@ -25,15 +23,13 @@ import numpy as np
 
 import costmodel as cm
 from benchmarks import fidelity_tables as tables
+from benchmarks import provenance
 
 _OUT = flags.DEFINE_string("out_dir", "benchmarks/results", "Output folder.")
 _STEPS = flags.DEFINE_integer("steps", 200, "Calibration steps.")
 _LOSS = flags.DEFINE_enum("loss", "huber", ["squared", "huber"], "Loss of the log errors.")
 _WEIGHTING = flags.DEFINE_enum("weighting", "group", ["case", "group", "row"],
                                "Weight of each case in the loss.")
-_README = flags.DEFINE_string("readme", "", "A README whose block between "
-                              "'<!-- accuracy:start -->' and '<!-- accuracy:end -->' is "
-                              "replaced by the summary (empty: none).")
 _PRIORS = flags.DEFINE_list("priors", ["0.01", "0.1", "1"],
                             "Prior weights, chosen by the out-of-source score.")
 
@@ -41,24 +37,6 @@ _PRIORS = flags.DEFINE_list("priors", ["0.01", "0.1", "1"],
 # fits), assumed lengths (multi-turn) or a difference of large numbers (the
 # untimed rest): reported out of source, never fitted.
 NOT_FITTED = ("feasibility", "lora_max_batch", "rl_multi_turn", "rl_rest")
-
-
-def _header() -> list[str]:
-  def git(*args):
-    try:
-      return subprocess.run(["git", *args], capture_output=True, text=True, check=True,
-                            timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-      return "unknown"
-  commit = git("rev-parse", "--short=12", "HEAD")
-  dirty = git("status", "--porcelain", "--untracked-files=no")
-  now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-  machine = (f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores, "
-             f"Python {platform.python_version()}")
-  return [f"# Fidelity report ({now})", "",
-          f"`python -m benchmarks.fidelity_report` at commit `{commit}`"
-          + (" (with uncommitted changes)" if dirty and dirty != "unknown" else "")
-          + f"; {machine}; the model is evaluated on the CPU.", ""]
 
 
 def _default_job() -> list[str]:
@@ -75,24 +53,6 @@ def _default_job() -> list[str]:
   return ["```", *out[:1], *out[start:end + 1], "```"]
 
 
-def _write_readme(path: str, lines: list[str]) -> None:
-  """Replaces the README's accuracy block by ``lines``.
-
-  Raises:
-    ValueError: when the README lacks either marker.
-  """
-  start, end = "<!-- accuracy:start -->", "<!-- accuracy:end -->"
-  with open(path, encoding="utf-8") as f:
-    text = f.read()
-  if start not in text or end not in text:
-    raise ValueError(f"readme={path!r} must hold {start!r} and {end!r}")
-  head, rest = text.split(start, 1)
-  _, tail = rest.split(end, 1)
-  body = "\n".join(line.replace("# Fidelity report", "Fidelity summary", 1) for line in lines)
-  with open(path, "w", encoding="utf-8") as f:
-    f.write(f"{head}{start}\n{body}\n{end}{tail}")
-
-
 def main(argv):
   del argv
   os.makedirs(_OUT.value, exist_ok=True)
@@ -107,10 +67,9 @@ def main(argv):
                             weighting=_WEIGHTING.value)
   extra = tables.predict_not_fitted(others, v)
   all_rows = list(v.rows) + extra
-  text = _header()
+  text = [provenance.header("Fidelity report").rstrip("\n"), ""]
   text += tables.method(v, _LOSS.value, _WEIGHTING.value, len(fit), len(others))
-  summary = tables.kind_table(all_rows) + tables.source_table(all_rows)
-  text += summary
+  text += tables.kind_table(all_rows) + tables.source_table(all_rows)
   text += tables.stage_table(all_rows)
   text += ["## The default job's best plan (`rlcost-plan`, no flags)", ""]
   text += _default_job()
@@ -124,8 +83,6 @@ def main(argv):
                                        **cm.validation.SKIPPED_MORE}.items()]
   with open(os.path.join(_OUT.value, "fidelity.md"), "w", encoding="utf-8") as f:
     f.write("\n".join(text) + "\n")
-  if _README.value:
-    _write_readme(_README.value, text[:3] + summary)
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   ok = [r for r in all_rows if r.group not in ("feasibility", "lora_max_batch")]
