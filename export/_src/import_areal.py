@@ -96,6 +96,24 @@ def _layout(o: dict, role: str, samples: int, trained: bool,
   return cm.Parallel(**{k: float(v) for k, v in f.items()}), gpus
 
 
+def _allocation(o: dict) -> dict:
+  """``allocation_mode: "sglang:d2t2+d4"`` (areal/api/alloc_mode.py: the rollout's engine
+  and layout, then the trainer's, FSDP when unnamed) as ``rollout.backend`` and
+  ``actor.backend``, where the config does not name those."""
+  mode = o.get("allocation_mode")
+  if o.get("rollout.backend") is not None or not isinstance(mode, str) or "+" not in mode:
+    return o
+  gen, train = (x.strip() for x in mode.split("+", 1))
+  o = dict(o)
+  o["rollout.backend"] = gen
+  if o.get("actor.backend") is None:
+    o["actor.backend"] = train if ":" in train else f"fsdp:{train}"
+  for role in ("ref", "critic"):
+    if f"{role}.path" in o and o.get(f"{role}.backend") is None:
+      o[f"{role}.backend"] = o["actor.backend"]
+  return o
+
+
 def _algorithm(o: dict) -> str:
   if "critic.backend" in o:
     return "ppo"
@@ -112,7 +130,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   Raises:
     ValueError: naming the key and its value, or the keyword of a missing fact.
   """
-  o = importing.Tracked(read_source(source))
+  o = importing.Tracked(_allocation(read_source(source)))
   algorithm = _algorithm(o)
   groups = number(o, "train_dataset.batch_size", FW)
   notes: list[str] = []

@@ -145,7 +145,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   job = importing.build_job(FW, g, algorithm, actor, prompts, n, total - max_response,
                             max_response, prompts * n // gbs,
                             number(o, "ppo.ppo_epochs", FW, 1) if section == "ppo" else 1,
-                            use_ref, reward, _lora(o))
+                            use_ref, reward, _lora(o), o.get("env.reward_model.model_name"))
 
   colocated = flag(o, "policy.generation.colocated.enabled", FW, True)
   # The policy's state goes to the host around colocated generation and, in PPO, while the

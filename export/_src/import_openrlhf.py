@@ -103,7 +103,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   job = importing.build_job(FW, g, algorithm, actor, prompts, n, prompt_len, max_response,
                             samples // train_batch, number(o, "train.max_epochs", FW, 1), use_ref,
                             reward, cm.LoRA(rank=float(rank), shared_reference=False)
-                            if rank else None)
+                            if rank else None, o.get("reward.model_name_or_path"))
   seq = prompt_len + float(g.response_mean)
 
   train = cm.Parallel(

@@ -194,6 +194,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
                                   notes)
   if flag(o, "algorithm.filter_groups.enable", FW):
     algorithm = "dapo"
+  _default_strategy(o)  # an engine without a layout is refused before its model is read
   actor_model = importing.model_spec(g.model, "model", o.get("actor_rollout_ref.model.path"))
   n = number(o, f"{r}.n", FW, 1)
   prompt_len = number(o, "data.max_prompt_length", FW, 512)
@@ -215,7 +216,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   lora = cm.LoRA(rank=float(rank), shared_reference=True) if rank else None
   job = importing.build_job(FW, g, algorithm, actor_model, prompts, n, prompt_len, max_response,
                             prompts // mini, number(o, f"{a}.ppo_epochs", FW, 1), use_ref, reward,
-                            lora)
+                            lora, o.get("reward.reward_model.model_path"))
   seq = prompt_len + float(g.response_mean)
 
   strategy = choice(o, f"{a}.strategy", FW, {s: s for s in ("fsdp", "fsdp2", "megatron")},

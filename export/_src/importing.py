@@ -168,9 +168,14 @@ def model_spec(value: Any, field: str, config_path: str | None = None) -> cm.Mod
       base = re.sub(_SUFFIX, "", base)
     if base in cm.models.names():
       return cm.models.get(base)
-  where = (f"the config's model path {config_path!r} names no preset" if config_path else
-           "the config names no model path")
-  raise ValueError(f"{field}: {where}; give {field}= a preset ({presets}) or a config.json")
+    try:  # a Hugging Face id, a fine-tune or a checkpoint folder named after one
+      return cm.models.from_hf_id(str(config_path))
+    except ValueError as e:
+      raise ValueError(f"{field}: the config's model path {config_path!r} names no preset and "
+                       f"no known architecture ({str(e).splitlines()[0]}); give {field}= a "
+                       "preset or a config.json (--model, --config_json)") from None
+  raise ValueError(f"{field}: the config names no model path; give {field}= a preset "
+                   f"({presets}) or a config.json (--model, --config_json)")
 
 
 # ----- reading a source -------------------------------------------------------------------
@@ -299,7 +304,8 @@ def estimator(settings: dict, key: str, framework: str, exact: dict, alike: dict
 
 def build_job(framework: str, g: Given, algorithm: str, actor: cm.ModelSpec, prompts: int,
               n: int, prompt_len: int, max_response: int, mini_batches: int, ppo_epochs: int,
-              use_reference: bool, reward: bool, lora: cm.LoRA | None = None) -> cm.RLJob:
+              use_reference: bool, reward: bool, lora: cm.LoRA | None = None,
+              reward_path: str | None = None) -> cm.RLJob:
   """The RL job, the response mean and the reward model taken from ``g``."""
   if g.response_mean is None:
     raise ValueError(f"{framework}: response_mean is not in any config (the mean response length "
@@ -311,10 +317,10 @@ def build_job(framework: str, g: Given, algorithm: str, actor: cm.ModelSpec, pro
                      f"[1, max_response={max_response}]")
   rm = None
   if reward:
-    if g.reward_model is None:
+    if g.reward_model is None and not reward_path:
       raise ValueError(f"{framework}: the config enables a reward model; pass reward_model=<preset "
                        "or config.json> (--reward_model): its architecture is not in the config")
-    rm = model_spec(g.reward_model, "reward_model")
+    rm = model_spec(g.reward_model, "reward_model", reward_path)
   critic = None
   if algorithm == "ppo":
     critic = model_spec(g.critic, "critic") if g.critic is not None else actor

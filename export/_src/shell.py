@@ -275,9 +275,9 @@ class Shell:
       if not empty:
         return v
       d = self.expand_joined(arg)
-      if v is None and d == "":  # ${X:-}: X comes from the environment
+      if v is None and d == "":  # ${X:-}: empty here, X may come from the environment
         self.unresolved.add(name)
-        d = Unknown(f"${{{name}}}")
+        d = Unknown("")
       if o.endswith("="):
         self.vars[name] = d
       return d
@@ -354,7 +354,7 @@ class Shell:
             fields.append([])
           put(item, quoted)
         return
-      if quoted or not split:
+      if quoted or not split or isinstance(s, Unknown):  # an unknown value stays one word
         fields[-1].append(s)
         has[0] = True
         return
@@ -602,11 +602,14 @@ class Shell:
       k += 1
     if body is not None:
       clauses.append((pats, body))
+    if isinstance(value, Unknown):  # the default clause, else the first, that does not exit
+      going = [c for c in clauses if not any(w[:1] == ["exit"] for w, _ in c[1])] or clauses
+      clauses = [c for c in going if "*" in c[0]] or going[:1]
     for pats, body in clauses:
       hit = None if isinstance(value, Unknown) else any(
           fnmatch.fnmatchcase(value, self.expand_joined(p)) for p in pats)
       if hit is None:
-        self.notes.append(f"'case {cmds[i][0][1]}' is undecided: its first clause is taken")
+        self.notes.append(f"'case {cmds[i][0][1]}' is undecided: its default clause is taken")
       if hit is not False:
         self.block(body, 0, len(body))
         break
