@@ -5,6 +5,7 @@ collectives) -> stage costs (generate, infer, train, weight sync, memory) ->
 the step model (placement, schedule, work and depth) -> an :class:`Estimate`.
 """
 
+from costmodel import examples
 from costmodel import hardware
 from costmodel import models
 from costmodel import plot
@@ -23,6 +24,8 @@ from costmodel._src.fit.measurements import steady_state
 from costmodel._src.fit.microbench import MicrobenchFit
 from costmodel._src.fit.microbench import fit_microbenchmarks
 from costmodel._src.fit.validation.cases import Case
+from costmodel._src.fit.nemo_rl_log import nemo_rl_log_cases
+from costmodel._src.fit.nemo_rl_log import read_nemo_rl_log
 from costmodel._src.fit.validation.log_cases import verl_log_cases
 from costmodel._src.ops.collectives import collective_time
 from costmodel._src.ops.efficiency import Efficiency
@@ -68,6 +71,7 @@ from costmodel._src.step.estimate import estimate_shared
 from costmodel._src.step.factored import estimate_rows
 from costmodel._src.step.factored import stage_cost_rows
 from costmodel._src.step.factored import stage_reads
+from costmodel._src.step.buckets import step_buckets
 from costmodel._src.step.estimate import stage_names
 from costmodel._src.step.result import Estimate
 
@@ -109,17 +113,20 @@ __all__ = (
     "estimate",
     "estimate_rows",
     "estimate_shared",
+    "examples",
     "fit_microbenchmarks",
     "hardware",
     "layout_fields",
     "model_fields",
     "models",
+    "nemo_rl_log_cases",
     "placement",
     "placements",
     "plot",
     "positive_tau",
     "published_table",
     "pytree_dataclass",
+    "read_nemo_rl_log",
     "read_verl_log",
     "required_roles",
     "roofline",
@@ -133,6 +140,7 @@ __all__ = (
     "stage_reads",
     "steady_state",
     "validate_by_source",
+    "step_buckets",
     "validate_plan",
     "validation",
     "verl_log_cases",

@@ -73,6 +73,11 @@ _RELAXED = flags.DEFINE_enum(
 _CHECK = flags.DEFINE_bool(
     "check", False, "Check every flag and the job, name the families the search takes and "
     "those it skips (and why), and stop before the search.")
+_EXAMPLE = flags.DEFINE_enum(
+    "example", None, list(cm.examples.names()),
+    "A built-in example job (costmodel.examples): its model, batch, lengths, turns and "
+    "NVL72 cluster replace --model and the job flags; --gpu picks the accelerator (GB200, "
+    "GB300), --nodes the node count; its staleness is the least --max_staleness.")
 _ROLLOUT_PRECISION = flags.DEFINE_list(
     "rollout_precision", ["bf16"], "Rollout engine formats allowed (bf16, fp8: FP8 weights and "
     "KV cache, on GPUs with an FP8 peak); FP8 changes the sampling numerics, so it is opt-in.")
@@ -134,6 +139,12 @@ def _checked_inputs():
     job, cluster = beyond_flags.apply_job_flags(current.job), current.cluster
     if not flags.FLAGS["framework"].present:  # plans the imported run's framework runs
       framework = start[0]
+  elif _EXAMPLE.value:
+    current = None
+    job = cm.examples.job(_EXAMPLE.value)
+    with cli.flag("gpu"):
+      cluster = cm.examples.cluster(_EXAMPLE.value, cli.GPU.value,
+                                    nodes=_NODES.value if flags.FLAGS["nodes"].present else None)
   else:
     current = None
     job = beyond_flags.apply_job_flags(_new_job())
@@ -141,7 +152,10 @@ def _checked_inputs():
       accelerator = cm.hardware.get(cli.GPU.value)
     cluster = cm.Cluster(accelerator, gpus_per_node=cli.GPUS_PER_NODE.value,
                          nodes=_NODES.value)
-  mode = dict(max_staleness=_MAX_STALENESS.value, partial_rollout=_PARTIAL.value)
+  staleness = _MAX_STALENESS.value
+  if _EXAMPLE.value and start is None:
+    staleness = max(staleness, cm.examples.staleness(_EXAMPLE.value))
+  mode = dict(max_staleness=staleness, partial_rollout=_PARTIAL.value)
   return start, current, job, cluster, framework, mode, _families(framework, job, mode)
 
 
