@@ -36,6 +36,7 @@ from search._src import html_report
 from search._src import optimize as optimize_lib
 from search._src import report
 from search._src import space as space_lib
+from search._src import speculative_option
 
 _NODES = flags.DEFINE_integer("nodes", 8, "Nodes.", lower_bound=1)
 _ALGORITHM = flags.DEFINE_enum("algorithm", "grpo", list(cm.ALGORITHMS), "The RL algorithm.")
@@ -78,6 +79,10 @@ _EXAMPLE = flags.DEFINE_enum(
     "A built-in example job (costmodel.examples): its model, batch, lengths, turns and "
     "NVL72 cluster replace --model and the job flags; --gpu picks the accelerator (GB200, "
     "GB300), --nodes the node count; its staleness is the least --max_staleness.")
+_SPECULATIVE = flags.DEFINE_string(
+    "speculative", None, "A draft the rollout engines may run, KIND:TOKENS:ACCEPTANCE"
+    "[:DRAFT_MODEL] (KIND mtp, eagle, draft, ngram; e.g. mtp:3:0.7): each plan keeps it only "
+    "where it shortens the step; frameworks nemo_rl, slime (and any).")
 _ROLLOUT_PRECISION = flags.DEFINE_list(
     "rollout_precision", ["bf16"], "Rollout engine formats allowed (bf16, fp8: FP8 weights and "
     "KV cache, on GPUs with an FP8 peak); FP8 changes the sampling numerics, so it is opt-in.")
@@ -180,6 +185,11 @@ def _skips(job: cm.RLJob, cluster: cm.Cluster, framework: str, mode: dict, famil
 def main(argv) -> int:
   del argv  # refused by the flag parser when not empty
   start, current, job, cluster, framework, mode, families = _checked_inputs()
+  speculative = None
+  if _SPECULATIVE.value:
+    with cli.flag("speculative"):
+      speculative = speculative_option.parse(_SPECULATIVE.value, job)
+      speculative_option.check(framework, job, speculative)
   if start is None and beyond_flags.wants_cost_run():
     return beyond_flags.run_cost(job, cli.GPUS_PER_NODE.value)
   searched, skipped = _skips(job, cluster, framework, mode, families)
@@ -193,7 +203,8 @@ def main(argv) -> int:
                            progress=True, framework=framework,
                            compilation_cache=_CACHE.value,
                            rollout_precision=tuple(_ROLLOUT_PRECISION.value),
-                           dp_seeds=_DP_SEEDS.value, relaxed=_RELAXED.value, **mode)
+                           dp_seeds=_DP_SEEDS.value, relaxed=_RELAXED.value,
+                           speculative=speculative, **mode)
   if not result.feasible and not result.best_by_family_s:  # every family was skipped
     _refuse(cluster, result.skipped)
   rules = (search.rules_of_thumb(job, cluster, framework=framework, **mode)

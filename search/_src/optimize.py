@@ -56,6 +56,7 @@ from search._src import progress as progress_lib
 from search._src import relax
 from search._src import result as result_lib
 from search._src import space as space_lib
+from search._src import speculative_option
 from search._src.result import SearchResult
 
 
@@ -89,7 +90,8 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = DE
              max_staleness: int = 0, partial_rollout: bool = False,
              compilation_cache: str | bool | None = None,
              rollout_precision: tuple[str, ...] | None = None,
-             dp_seeds: bool = True, relaxed: str = "auto") -> SearchResult:
+             dp_seeds: bool = True, relaxed: str = "auto",
+             speculative: cm.Speculative | None = None) -> SearchResult:
   """Searches the layout of ``job`` on ``cluster`` that minimises step time.
 
   Args:
@@ -137,6 +139,10 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = DE
       benchmark spaces the relaxed starts alone stopped 0-3% above the cut DP's
       plan (a different pool split); with its seeds the search is never worse
       than the cut DP's coarse level and the sweeps refine its plan.
+    speculative: A draft (:class:`costmodel.Speculative`) the rollout engines
+      may run: each returned plan keeps it only where it shortens the step
+      (:mod:`search._src.speculative_option`); only with a framework that
+      passes a speculative configuration to its engine.
 
   Returns:
     A :class:`SearchResult`. When no plan fits, ``best_plan`` is None and
@@ -185,6 +191,7 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = DE
                        f"{max_staleness=}, {partial_rollout=} (allowed: {allowed})")
   if not fams:
     raise ValueError("optimize: families is empty")
+  speculative_option.check(framework, job, speculative)
   if rollout_precision is not None:
     space = dataclasses.replace(space or space_lib.SpaceOptions(),
                                 rollout_precision=tuple(rollout_precision))
@@ -194,6 +201,7 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = DE
                   efficiency if efficiency is not None else cm.Efficiency(),
                   (relax_config or relax.RelaxConfig())._replace(steps=int(steps)), space,
                   progress, bool(dp_seeds), relaxed)
+  res = speculative_option.apply(res, job, cluster, speculative, efficiency)
   wall = time.perf_counter() - t0
   res = dataclasses.replace(res, wall_time_s=wall, compile_time_s=min(clock.seconds, wall))
   if res.on_policy is not None:
