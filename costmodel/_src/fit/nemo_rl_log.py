@@ -140,7 +140,9 @@ def nemo_rl_log_cases(log: str | os.PathLike | dict, job: RLJob, plan: Plan, clu
 
   Args:
     log: A metrics export path, or what :func:`read_nemo_rl_log` returned.
-    job, plan, cluster: What the run was.
+    job: The run's job.
+    plan: The run's plan.
+    cluster: The run's cluster.
     skip: Warm-up steps left out of the medians.
   """
   steps = read_nemo_rl_log(log) if isinstance(log, (str, os.PathLike)) else log
