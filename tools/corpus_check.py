@@ -99,6 +99,16 @@ def check_file(framework: str, root: str, rel: str) -> dict:
           "not_modelled": list(imp.not_modelled)}
 
 
+def _cause(why: str) -> str:
+  """A refusal's kind: an architecture the model table lacks, or the construct named."""
+  if "names no preset and no known architecture" in why:
+    return "architecture not in the model table"
+  if "names no model path" in why:
+    return "no model path"
+  m = re.match(r"([^:]+: [\w.\-]+)", why)
+  return _cell(m.group(1) if m else why[:60])
+
+
 def _cell(s: str) -> str:
   return s.replace("|", "\\|").replace("\n", " ")
 
@@ -138,6 +148,11 @@ def main(argv=None) -> int:
     lines.append(f"| {export.get(fw).framework} | {REPOSITORIES[fw]}@{commits[fw][:9]} | "
                  f"{len(rl)} | {len(ok)} ({100 * len(ok) / max(1, len(rl)):.0f}%) | "
                  f"{len(rl) - len(ok)} | {len(lost)} |")
+  lines += ["", "Refusals by cause (the first words of the one-line reason):", ""]
+  for fw, rs in rows.items():
+    causes = collections.Counter(_cause(r["why"]) for r in rs if r["status"] == "refused")
+    lines.append(f"- {export.get(fw).framework}: " + "; ".join(
+        f"{n} x {c}" for c, n in causes.most_common()))
   for fw, rs in rows.items():
     lines += ["", f"## {export.get(fw).framework} @{commits[fw][:9]}", "",
               "| file | result | facts lost / not modelled |", "|---|---|---|"]
