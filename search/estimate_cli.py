@@ -56,7 +56,7 @@ def _inputs() -> tuple[cm.RLJob, cm.Plan, cm.Cluster, str]:
     options["prompt_len"] = float(cli.PROMPT_LEN.value)
   if options:
     job = job.replace(**options)
-  cm.validate_plan(pf.plan, job, pf.cluster)
+  cm.validate_plan(job, pf.plan, pf.cluster)
   return job, pf.plan, pf.cluster, f"plan file {_PLAN.value}"
 
 

@@ -6,6 +6,7 @@ of 1-64 nodes x 1-8 GPUs a node."""
 
 from __future__ import annotations
 
+import pathlib
 import re
 
 from hypothesis import HealthCheck
@@ -18,6 +19,8 @@ import costmodel as cm
 from search import estimate_cli
 from search import plan as plan_cli
 from search._src import frameworks as fw_lib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 # Values a user may type for a count that are not one.
 _BAD_COUNT = st.sampled_from(["0", "-3", "1.5", "many", ""])
@@ -178,3 +181,21 @@ def test_plan_on_three_nodes_searches_split_and_says_why_colocated_is_skipped(ca
   assert re.search(r"^to run the best plan:\n  add --out plan.json --export [a-z_,]+ to write",
                    out, re.M), out[-800:]
   assert "add --report plan.html" in out
+
+
+def test_export_writes_what_each_framework_accepts_and_lists_the_refusals(tmp_path, capsys,
+                                                                          monkeypatch):
+  # veRL's Qwen3-8B example: its reference's log-prob micro-batch (12 a GPU) differs
+  # from the actor's (10): slime and AReaL give every model one micro-batch setting.
+  example = ROOT / "tests" / "data" / "verl_examples" / "run_qwen3_8b_fsdp_1dda039.txt"
+  monkeypatch.chdir(tmp_path)
+  code = estimate_cli.call(["--from_verl", str(example), "--response_mean", "900", "--out",
+                            "p.json", "--export", "verl,openrlhf,nemo_rl,slime,areal"])
+  out, err = capsys.readouterr()
+  assert code == 0 and err == "", err
+  written = re.findall(r"^wrote (p\.\w+\.\w+)$", out, re.M)
+  refused = re.findall(r"^not exported to (\w+): (.+)$", out, re.M)
+  assert written == ["p.verl.sh", "p.openrlhf.sh", "p.nemo_rl.yaml"]
+  assert [fw for fw, _ in refused] == ["slime", "areal"]
+  assert all("micro_batch" in why for _, why in refused)
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json", *sorted(written)]

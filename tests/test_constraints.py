@@ -165,7 +165,7 @@ def test_validate_mask_and_exact_penalty_agree_on_random_plans(cluster):
       jobs[key] = _job(*key)
     job = jobs[key]
     try:
-      cm.validate_plan(_plan(d, i, job), job, cluster, frameworks=SETS[d["sets"][i]])
+      cm.validate_plan(job, _plan(d, i, job), cluster, frameworks=SETS[d["sets"][i]])
     except ValueError:
       raised[i] = True
   bad = np.flatnonzero(raised == mask)
@@ -193,7 +193,7 @@ def _mixtral_job():
 
 
 @pytest.mark.parametrize("model,gpus,train,engine,pattern", [
-    ("qwen2.5-1.5b", 8, dict(tp=1.5), {}, r"actor train layout: tp=1.5 must be an integer"),
+    ("qwen2.5-1.5b", 8, dict(tp=1.5), {}, r"Parallel: tp=1.5 must be an integer"),
     ("qwen2.5-1.5b", 6, dict(tp=3.0), {},
      r"actor train layout: tp=3 and n_kv_heads=2 must divide one another"),
     ("qwen2.5-1.5b", 8, dict(ep=2.0), {}, r"actor train layout: ep=2 needs an MoE model"),
@@ -202,7 +202,7 @@ def _mixtral_job():
      r"ep=8 must divide tp\*dp\*cp=4 \(expert ranks ep x etp=1 come from"),
     ("mixtral-8x7b", 8, dict(ep=4.0, etp=4.0), {},
      r"ep=4 x etp=4 must divide tp\*dp\*cp=8 \(expert ranks ep x etp=4 come from"),
-    ("mixtral-8x7b", 8, dict(ep=2.0, etp=1.5), {}, r"etp=1.5 must be an integer"),
+    ("mixtral-8x7b", 8, dict(ep=2.0, etp=1.5), {}, r"Parallel: etp=1.5 must be an integer"),
     ("mixtral-8x7b", 8, {}, dict(tp=4.0, ep=2.0),
      r"engine ep=2 must be 1 or equal tp=4 on an MoE model"),
     ("qwen2.5-1.5b", 8, {}, dict(tp=2.0, pp=3.0),
@@ -213,18 +213,18 @@ def test_messages_name_field_value_and_rule(model, gpus, train, engine, pattern)
   job = cm.RLJob("grpo", cm.models.get(model), prompts_per_step=64.0)
   per_node = 8 if gpus % 8 == 0 else gpus
   cluster = cm.Cluster(cm.hardware.get("H100"), gpus_per_node=per_node, nodes=gpus // per_node)
-  plan = cm.Plan.colocated(job, cluster, train=cm.Parallel(**train),
-                           engine=cm.Engine(**engine))
-  with pytest.raises(ValueError, match=pattern):
-    cm.validate_plan(plan, job, cluster)
+  with pytest.raises(ValueError, match=pattern):  # a fractional degree: at construction
+    plan = cm.Plan.colocated(job, cluster, train=cm.Parallel(**train),
+                             engine=cm.Engine(**engine))
+    cm.validate_plan(job, plan, cluster)
 
 
 def test_etp_counts_only_with_expert_parallelism():
   job = _mixtral_job()
   cluster = cm.Cluster(cm.hardware.get("H100"), gpus_per_node=8, nodes=1)
   # Without EP the experts follow TP: etp=16 on 8 GPUs does not matter.
-  cm.validate_plan(cm.Plan.colocated(job, cluster, train=cm.Parallel(etp=16.0)), job, cluster)
-  cm.validate_plan(cm.Plan.colocated(job, cluster, train=cm.Parallel(ep=4.0, etp=2.0)), job,
+  cm.validate_plan(job, cm.Plan.colocated(job, cluster, train=cm.Parallel(etp=16.0)), cluster)
+  cm.validate_plan(job, cm.Plan.colocated(job, cluster, train=cm.Parallel(ep=4.0, etp=2.0)),
                    cluster)
 
 
@@ -250,21 +250,21 @@ def test_sync_and_streaming_rules_come_from_the_table():
 def test_zero3_rule_is_an_optional_set(cluster):
   job = _job("qwen2.5-1.5b", "grpo", 0)
   plan = cm.Plan.colocated(job, cluster, train=cm.Parallel(tp=2.0, zero_stage=3.0))
-  cm.validate_plan(plan, job, cluster)
+  cm.validate_plan(job, plan, cluster)
   with pytest.raises(ValueError, match=r"zero_stage=3 with tp=2, pp=1, ep=1: ZeRO-3 shards"):
-    cm.validate_plan(plan, job, cluster, frameworks=("zero3",))
+    cm.validate_plan(job, plan, cluster, frameworks=("zero3",))
   with pytest.raises(ValueError, match=r"rule_sets: 'megatron' is not one of"):
-    cm.validate_plan(plan, job, cluster, frameworks=("megatron",))
+    cm.validate_plan(job, plan, cluster, frameworks=("megatron",))
 
 
 def test_interleave_rule_is_an_optional_set(cluster):
   job = _job("qwen2.5-1.5b", "grpo", 0)  # 28 layers
   uneven = cm.Plan.colocated(job, cluster, train=cm.Parallel(pp=4.0, vpp=2.0))
-  cm.validate_plan(uneven, job, cluster)  # Megatron's uneven pipeline layouts run it
+  cm.validate_plan(job, uneven, cluster)  # Megatron's uneven pipeline layouts run it
   with pytest.raises(ValueError, match=r"pp\*vpp=8 must divide n_layers=28"):
-    cm.validate_plan(uneven, job, cluster, frameworks=("interleave",))
+    cm.validate_plan(job, uneven, cluster, frameworks=("interleave",))
   even = cm.Plan.colocated(job, cluster, train=cm.Parallel(pp=2.0, vpp=2.0))
-  cm.validate_plan(even, job, cluster, frameworks=("interleave",))
+  cm.validate_plan(job, even, cluster, frameworks=("interleave",))
   fields = cm.layout_fields(job.actor, 8.0, 1.0, np.array([1.0, 2.0, 2.0, 4.0]), 1.0, 1.0,
                             vpp=np.array([2.0, 2.0, 4.0, 1.0]))
   np.testing.assert_array_equal(cm.rule_mask("layout", fields, ("interleave",)),
@@ -283,16 +283,16 @@ def test_framework_batch_rules(framework, name):
   assert float(job.samples_per_step) == 512.0
   twelve = cm.Cluster(cm.hardware.get("H100"), gpus_per_node=12, nodes=1)
   bad = cm.Plan.colocated(job, twelve, train=cm.Parallel(micro_batch=2.0))
-  cm.validate_plan(bad, job, twelve)  # the cost model itself does not mind
+  cm.validate_plan(job, bad, twelve)  # the cost model itself does not mind
   with pytest.raises(ValueError, match=rf"=512 must divide over .*12.*{re.escape(name)}"):
-    cm.validate_plan(bad, job, twelve, frameworks=(framework,))
+    cm.validate_plan(job, bad, twelve, frameworks=(framework,))
   sixteen = cm.Cluster(cm.hardware.get("H100"), gpus_per_node=8, nodes=2)
   good = cm.Plan.colocated(job, sixteen, train=cm.Parallel(tp=2.0, micro_batch=4.0))
-  cm.validate_plan(good, job, sixteen, frameworks=(framework,))
+  cm.validate_plan(job, good, sixteen, frameworks=(framework,))
   # dp = 8 and micro-batch 128: 512 samples do not split into 8 x 128.
   big = cm.Plan.colocated(job, sixteen, train=cm.Parallel(tp=2.0, micro_batch=128.0))
   with pytest.raises(ValueError, match=r"dp=8 x micro_batch=128"):
-    cm.validate_plan(big, job, sixteen, frameworks=(framework,))
+    cm.validate_plan(job, big, sixteen, frameworks=(framework,))
 
 
 def test_mode_rule_comes_from_the_table():
@@ -378,7 +378,7 @@ def test_family_space_valid_rows_pass_validate():
   ok = fs.valid(rows)
   assert ok.sum() > 50
   for row in rows[ok][:300]:
-    cm.validate_plan(fs.to_plan(row), job, cluster)
+    cm.validate_plan(job, fs.to_plan(row), cluster)
   # Expert degrees folded into TP ranks (ep > dp*cp) are in the space now.
   j = {n: fs.index(f"actor.{n}") for n in ("tp", "pp", "ep")}
   g = fs.pool_of(rows, "actor")
@@ -422,4 +422,4 @@ def test_oversized_pools_shrink_as_one_option_at_a_time(family, nodes):
 def test_search_returns_only_plans_validate_accepts(split_search, search_job, cluster_2x8):
   assert split_search.top
   for plan, _ in split_search.top:
-    cm.validate_plan(plan, search_job, cluster_2x8)
+    cm.validate_plan(search_job, plan, cluster_2x8)

@@ -42,7 +42,7 @@ def test_plans_are_valid_exact_and_within_the_gpu_total(dp, search_job, cluster_
   times = [float(e.step_time_s) for _, e in dp.top]
   assert times == sorted(times) and times[0] == pytest.approx(dp.best_step_time_s)
   for (plan, est), fam in zip(dp.top, dp.top_families, strict=True):
-    cm.validate_plan(plan, search_job, cluster_2x8)
+    cm.validate_plan(search_job, plan, cluster_2x8)
     assert sum(float(p.gpus) for p in plan.pools) <= cluster_2x8.n_gpus
     assert plan.pool_names == cm.placement(fam).pools
     exact = cm.estimate(search_job, plan, cluster_2x8)
@@ -62,7 +62,7 @@ def test_a_budget_still_returns_a_valid_plan(search_job, cluster_2x8, compact_sp
   res = search.cut_dp(search_job, cluster_2x8, budget_s=1e-3, space=compact_space,
                       families=("split",))
   assert res.feasible and res.family == "split"
-  cm.validate_plan(res.best_plan, search_job, cluster_2x8)
+  cm.validate_plan(search_job, res.best_plan, cluster_2x8)
 
 
 def test_split3_cut_honours_the_gpu_total(h100, compact_space):
@@ -72,7 +72,7 @@ def test_split3_cut_honours_the_gpu_total(h100, compact_space):
   res = search.cut_dp(job, cluster, space=compact_space, families=("split3",))
   assert res.feasible and res.family == "split3"
   plan = res.best_plan
-  cm.validate_plan(plan, job, cluster)
+  cm.validate_plan(job, plan, cluster)
   assert [p.name for p in plan.pools] == ["gen", "actor", "critic"]
   assert sum(float(p.gpus) for p in plan.pools) <= 8
 

@@ -129,7 +129,7 @@ def _plans():
         cm.Plan.colocated(job, ONE_NODE, train=train, engine=engine), ref), ONE_NODE))
   grid += _feature_plans(jobs)
   for _, job, plan, cluster in grid:
-    cm.validate_plan(plan, job, cluster)  # the grid holds only plans that exist
+    cm.validate_plan(job, plan, cluster)  # the grid holds only plans that exist
   return grid
 
 

@@ -46,7 +46,7 @@ def test_every_placement_builds_a_valid_plan(name, ppo, cluster):
   train = {"actor": cm.Parallel(tp=2.0), "critic": cm.Parallel(tp=1.0, pp=2.0)}
   infer = {"reference": cm.Parallel(tp=2.0), "reward": cm.Parallel(pp=2.0)}
   plan = cm.build_plan(name, ppo, _SIZES[name], cm.Engine(tp=2.0), train=train, infer=infer)
-  cm.validate_plan(plan, ppo, cluster)
+  cm.validate_plan(ppo, plan, cluster)
   assert plan.pool_names == place.pools
   assert {p.name: float(p.gpus) for p in plan.pools} == _SIZES[name]
   assert plan.rollout_pool == place.rollout_pool
@@ -77,7 +77,7 @@ def test_families_differ_in_pools_and_modes():
 def test_build_plan_fills_layouts_as_the_constructors_do(ppo, cluster):
   train = cm.Parallel(tp=2.0)
   plan = cm.build_plan("split3", ppo, _SIZES["split3"], train={"actor": train})
-  cm.validate_plan(plan, ppo, cluster)
+  cm.validate_plan(ppo, plan, cluster)
   assert plan.role("critic").train == train and plan.role("critic").infer is None
   assert plan.role("reference").infer == train and plan.role("reward").infer == train
   # The default engine's memory fraction is resolved by the placement: 0.9

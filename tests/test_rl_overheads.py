@@ -178,10 +178,10 @@ def test_ipc_is_colocated_only_and_reshard_disaggregated_only(h100_cluster):
   cluster = cm.Cluster(h100_cluster.accelerator, 8, 2)
   split = cm.Plan.split(job, cluster, 8, engine=cm.Engine(tp=2.0, sync_backend="ipc"))
   with pytest.raises(ValueError, match="sync_backend='ipc'"):
-    cm.validate_plan(split, job, cluster)
+    cm.validate_plan(job, split, cluster)
   colo = cm.Plan.colocated(job, cluster, engine=cm.Engine(tp=2.0, sync_backend="reshard"))
   with pytest.raises(ValueError, match="sync_backend='reshard'"):
-    cm.validate_plan(colo, job, cluster)
+    cm.validate_plan(job, colo, cluster)
   with pytest.raises(ValueError, match="sync_backend='nccl'"):
     cm.Engine(sync_backend="nccl")
   ipc = _sync(model, "ipc", h100_cluster, gpus=8.0, colocated=True)

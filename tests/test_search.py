@@ -47,7 +47,7 @@ def test_result_fields(split_search):
 
 def test_top_plans_are_valid_and_feasible(split_search, search_job, cluster_2x8):
   for (plan, est), fam in zip(split_search.top, split_search.top_families, strict=True):
-    cm.validate_plan(plan, search_job, cluster_2x8)
+    cm.validate_plan(search_job, plan, cluster_2x8)
     assert bool(est.feasible) and fam == FAMILY
     assert not est.violations
   # The batched evaluation agrees with a direct call of the cost model.
@@ -65,7 +65,7 @@ def test_rounded_candidates_pass_validation(search_job, cluster_2x8, compact_spa
   cand = rounding.candidates(fs, out.values, rng)
   assert len(cand) > 16
   for row in cand[rng.choice(len(cand), size=min(len(cand), 150), replace=False)]:
-    cm.validate_plan(fs.to_plan(row), search_job, cluster_2x8)
+    cm.validate_plan(search_job, fs.to_plan(row), cluster_2x8)
   # Every candidate sits on the option grid of each variable.
   for j, var in enumerate(fs.vars):
     assert np.isin(cand[:, j], var.options).all(), var.name

@@ -20,7 +20,7 @@ def test_every_rule_returns_a_valid_feasible_plan(rules, search_job, cluster_2x8
   assert set(rules) == {"verl", "openrlhf", "areal", "kv_fit"}
   for r in rules.values():
     assert r.feasible and r.best_plan is not None, r.method
-    cm.validate_plan(r.best_plan, search_job, cluster_2x8)
+    cm.validate_plan(search_job, r.best_plan, cluster_2x8)
     assert bool(r.best_estimate.feasible)
     assert r.best_step_time_s == pytest.approx(float(r.best_estimate.step_time_s))
 
@@ -66,7 +66,7 @@ def test_random_search_and_annealing_never_beat_enumeration(search_job, cluster_
                                   space=space, chains=2048)
   for res in (rnd, sa):
     assert res.best_plan is not None
-    cm.validate_plan(res.best_plan, search_job, cluster_2x8)
+    cm.validate_plan(search_job, res.best_plan, cluster_2x8)
     assert bool(res.best_estimate.feasible)
     assert res.best_step_time_s >= exact.best_step_time_s * (1 - 1e-6)
     assert res.evaluations >= 2048

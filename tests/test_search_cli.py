@@ -27,6 +27,11 @@ def test_cli_plans_prints_tables_and_writes_json(tmp_path):
                 "--starts", "4", "--steps", "10", "--prompts", "64"], tmp_path)
   out, err = ok.communicate(timeout=900)
   assert ok.returncode == 0, err[-3000:]
+  assert err == ""  # no log lines without --verbose
+  # The output ends in how to run the plan: the exports and the report it lacks.
+  assert re.search(r"\nto run the best plan:\n  add --export [a-z_,]+ to write each "
+                   r"framework's command or config next to it\n  add --report plan.html .*\n$",
+                   out), out[-600:]
   assert "cluster: 2 x 8 H100 (16 GPUs)" in out
   assert re.search(r"^#1 +[0-9.]+ s +split ", out, re.M)
   assert "rules of thumb:" in out
@@ -50,6 +55,6 @@ def test_cli_plans_prints_tables_and_writes_json(tmp_path):
     assert abs(step / best - speed) < 0.01 + 1e-3 * speed
   out, err = bad.communicate(timeout=900)
   assert bad.returncode == 1
-  assert "INFEASIBLE" in out
+  assert "INFEASIBLE" in out and len(err.splitlines()) == 1 and err.startswith("rlcost-plan: ")
   assert re.search(r"no layout fits: .*stage '\w+' on pool 'all' needs [0-9.]+ GiB per GPU.*"
                    r"short by [0-9.]+ GiB", err), err[-2000:]

@@ -273,11 +273,11 @@ def _colocated(job, cluster, **kw):
 
 
 def test_valid_plans_pass(grpo_job, ppo_job, cluster_2x8):
-  cm.validate_plan(_colocated(grpo_job, cluster_2x8, train=cm.Parallel(tp=2.0)), grpo_job,
+  cm.validate_plan(grpo_job, _colocated(grpo_job, cluster_2x8, train=cm.Parallel(tp=2.0)),
                    cluster_2x8)
   split = cm.Plan.split(ppo_job, cluster_2x8, 8, train=cm.Parallel(tp=2.0, pp=2.0),
                         engine=cm.Engine(tp=2.0), mode=cm.Mode(staleness=1))
-  cm.validate_plan(split, ppo_job, cluster_2x8)
+  cm.validate_plan(ppo_job, split, cluster_2x8)
   assert {r.role for r in split.roles} == {"actor", "critic", "reference"}
 
 
@@ -285,7 +285,7 @@ def test_degrees_must_divide_the_pool(grpo_job, cluster_2x8):
   plan = _colocated(grpo_job, cluster_2x8, train=cm.Parallel(tp=2.0, pp=3.0))
   with pytest.raises(ValueError, match=r"actor train layout: tp\*pp\*cp=6 must divide the "
                      r"pool's 16 GPUs"):
-    cm.validate_plan(plan, grpo_job, cluster_2x8)
+    cm.validate_plan(grpo_job, plan, cluster_2x8)
 
 
 def test_tp_must_divide_the_heads(grpo_job, cluster_2x8):
@@ -293,27 +293,27 @@ def test_tp_must_divide_the_heads(grpo_job, cluster_2x8):
   assert grpo_job.actor.n_heads == 12
   plan = _colocated(grpo_job, cluster_2x8, train=cm.Parallel(tp=8.0))
   with pytest.raises(ValueError, match=r"tp=8 must divide n_heads=12"):
-    cm.validate_plan(plan, grpo_job, cluster_2x8)
+    cm.validate_plan(grpo_job, plan, cluster_2x8)
   plan = _colocated(grpo_job, cluster_2x8, engine=cm.Engine(tp=8.0))
   with pytest.raises(ValueError, match=r"engine tp=8 must divide n_heads=12"):
-    cm.validate_plan(plan, grpo_job, cluster_2x8)
+    cm.validate_plan(grpo_job, plan, cluster_2x8)
 
 
 def test_pp_must_not_exceed_the_layers(grpo_job, h100):
   cluster = cm.Cluster(h100, gpus_per_node=8, nodes=4)
   plan = _colocated(grpo_job, cluster, train=cm.Parallel(pp=32.0))
   with pytest.raises(ValueError, match=r"pp=32 exceeds n_layers=28"):
-    cm.validate_plan(plan, grpo_job, cluster)
+    cm.validate_plan(grpo_job, plan, cluster)
 
 
 def test_pools_larger_than_the_cluster(grpo_job, cluster_2x8):
   plan = _colocated(grpo_job, cluster_2x8)
   big = plan.replace(pools=(cm.Pool("all", 32.0),))
   with pytest.raises(ValueError, match=r"pools hold 32 GPUs, more than the cluster's 16"):
-    cm.validate_plan(big, grpo_job, cluster_2x8)
+    cm.validate_plan(grpo_job, big, cluster_2x8)
   frac = plan.replace(pools=(cm.Pool("all", 7.5),))
   with pytest.raises(ValueError, match=r"pool 'all' gpus=7.5 must be a positive integer"):
-    cm.validate_plan(frac, grpo_job, cluster_2x8)
+    cm.validate_plan(grpo_job, frac, cluster_2x8)
 
 
 def test_a_needed_role_without_a_pool(grpo_job, cluster_2x8):
@@ -321,7 +321,7 @@ def test_a_needed_role_without_a_pool(grpo_job, cluster_2x8):
   only_actor = plan.replace(roles=tuple(r for r in plan.roles if r.role == "actor"))
   with pytest.raises(ValueError, match=r"role 'reference' needed by algorithm='grpo' has no "
                      "pool"):
-    cm.validate_plan(only_actor, grpo_job, cluster_2x8)
+    cm.validate_plan(grpo_job, only_actor, cluster_2x8)
 
 
 def test_unknown_pool_names(grpo_job, cluster_2x8):
@@ -330,9 +330,9 @@ def test_unknown_pool_names(grpo_job, cluster_2x8):
       dataclasses.replace(r, pool="elsewhere") if r.role == "actor" else r for r in plan.roles))
   with pytest.raises(ValueError, match=r"role 'actor' is on pool='elsewhere', not one of "
                      r"\['all'\]"):
-    cm.validate_plan(lost, grpo_job, cluster_2x8)
+    cm.validate_plan(grpo_job, lost, cluster_2x8)
   with pytest.raises(ValueError, match=r"rollout_pool='gen' is not one of \['all'\]"):
-    cm.validate_plan(plan.replace(rollout_pool="gen"), grpo_job, cluster_2x8)
+    cm.validate_plan(grpo_job, plan.replace(rollout_pool="gen"), cluster_2x8)
   with pytest.raises(ValueError, match=r"pool='gen' is not one of \['all'\]"):
     plan.pool("gen")
 
@@ -341,33 +341,33 @@ def test_roles_the_algorithm_does_not_use(grpo_job, cluster_2x8):
   plan = _colocated(grpo_job, cluster_2x8)
   extra = plan.replace(roles=plan.roles + (cm.RolePlan("critic", "all", train=cm.Parallel()),))
   with pytest.raises(ValueError, match=r"role 'critic' is not used by algorithm='grpo'"):
-    cm.validate_plan(extra, grpo_job, cluster_2x8)
+    cm.validate_plan(grpo_job, extra, cluster_2x8)
   bogus = plan.replace(roles=plan.roles + (cm.RolePlan("judge", "all", train=cm.Parallel()),))
   with pytest.raises(ValueError, match=r"role='judge' is not one of"):
-    cm.validate_plan(bogus, grpo_job, cluster_2x8)
+    cm.validate_plan(grpo_job, bogus, cluster_2x8)
   twice = plan.replace(roles=plan.roles + plan.roles[:1])
   with pytest.raises(ValueError, match=r"role 'actor' is placed twice"):
-    cm.validate_plan(twice, grpo_job, cluster_2x8)
+    cm.validate_plan(grpo_job, twice, cluster_2x8)
 
 
 def test_staleness_needs_the_actor_off_the_rollout_pool(grpo_job, cluster_2x8):
   plan = _colocated(grpo_job, cluster_2x8, mode=cm.Mode(staleness=1))
   with pytest.raises(ValueError, match=r"staleness=1 needs the rollout pool 'all' apart from the "
                      "actor's training pool"):
-    cm.validate_plan(plan, grpo_job, cluster_2x8)
+    cm.validate_plan(grpo_job, plan, cluster_2x8)
 
 
 def test_engine_must_divide_the_rollout_pool(grpo_job, cluster_2x8):
   plan = cm.Plan.split(grpo_job, cluster_2x8, 6, train=cm.Parallel(tp=2.0),
                        engine=cm.Engine(tp=4.0))
   with pytest.raises(ValueError, match=r"engine tp\*pp=4 must divide the rollout pool's 6 GPUs"):
-    cm.validate_plan(plan, grpo_job, cluster_2x8)
+    cm.validate_plan(grpo_job, plan, cluster_2x8)
 
 
 def test_engine_ep_needs_an_moe_model(grpo_job, cluster_2x8):
   plan = _colocated(grpo_job, cluster_2x8, engine=cm.Engine(tp=2.0, ep=2.0))
   with pytest.raises(ValueError, match=r"engine ep=2 must be 1 or equal tp=2 on an MoE model"):
-    cm.validate_plan(plan, grpo_job, cluster_2x8)
+    cm.validate_plan(grpo_job, plan, cluster_2x8)
 
 
 def test_split_needs_gpus_on_both_sides(grpo_job, cluster_2x8):
@@ -379,7 +379,7 @@ def test_split_needs_gpus_on_both_sides(grpo_job, cluster_2x8):
 def test_fuse_training_needs_a_critic_on_the_actor_pool(grpo_job, cluster_2x8):
   plan = _colocated(grpo_job, cluster_2x8, mode=cm.Mode(fuse_training=True))
   with pytest.raises(ValueError, match=r"fuse_training=True needs a critic"):
-    cm.validate_plan(plan, grpo_job, cluster_2x8)
+    cm.validate_plan(grpo_job, plan, cluster_2x8)
 
 
 def test_estimate_validates_concrete_plans(grpo_job, cluster_2x8):

@@ -255,8 +255,8 @@ def test_fuse_training_needs_a_critic_on_the_actors_pool(grpo_job, ppo_job, clus
                         cm.RolePlan("critic", "critic", train=cm.Parallel())),
                  engine=cm.Engine(), rollout_pool="gen", mode=fuse)
   with pytest.raises(ValueError, match="fuse_training=True needs a critic on the actor's pool"):
-    cm.validate_plan(plan, ppo_job, cluster_2x8)
-  cm.validate_plan(plan.replace(mode=cm.Mode()), ppo_job, cluster_2x8)  # valid unfused
+    cm.validate_plan(ppo_job, plan, cluster_2x8)
+  cm.validate_plan(ppo_job, plan.replace(mode=cm.Mode()), cluster_2x8)  # valid unfused
 
 
 @pytest.mark.parametrize("pp", [1.0, 4.0])
@@ -408,7 +408,7 @@ def test_bad_layouts_raise_naming_the_field(grpo_job, cluster_2x8, placement, kw
   else:
     plan = cm.Plan.split(grpo_job, cluster_2x8, 8, **kwargs)
   with pytest.raises(ValueError, match=message):
-    cm.validate_plan(plan, grpo_job, cluster_2x8)
+    cm.validate_plan(grpo_job, plan, cluster_2x8)
   with pytest.raises(ValueError, match=message):
     cm.estimate(grpo_job, plan, cluster_2x8)
 
@@ -416,7 +416,7 @@ def test_bad_layouts_raise_naming_the_field(grpo_job, cluster_2x8, placement, kw
 def test_split_with_a_fractional_pool_is_rejected(grpo_job, cluster_2x8):
   plan = cm.Plan.split(grpo_job, cluster_2x8, 2.5)
   with pytest.raises(ValueError, match=r"pool 'gen' gpus=2.5 must be a positive integer"):
-    cm.validate_plan(plan, grpo_job, cluster_2x8)
+    cm.validate_plan(grpo_job, plan, cluster_2x8)
 
 
 @pytest.mark.parametrize("bad", [-1.0, float("nan")])

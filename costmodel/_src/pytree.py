@@ -48,8 +48,11 @@ def is_concrete(x: Any) -> bool:
 
 def _check_concrete(owner: str, values: dict[str, Any], holds, rule: str) -> None:
   """Raises ``{owner}: {name}={value} must {rule}`` unless every concrete value is
-  finite and ``holds`` (an element-wise test on a float array)."""
+  finite and ``holds`` (an element-wise test on a float array); a string is
+  refused (a number written as text, ``"512"``, is not one)."""
   for name, v in values.items():
+    if isinstance(v, (str, bytes)):
+      raise ValueError(f"{owner}: {name}={v!r} must be a number, not a string")
     x = _number(v)
     if x is not None:  # one number: tested as a float (plans are built by the thousand)
       if not (math.isfinite(x) and holds(x)):
@@ -75,6 +78,12 @@ def check_positive(owner: str, **values: Any) -> None:
 def check_nonnegative(owner: str, **values: Any) -> None:
   """Raises ValueError unless every concrete value is finite and >= 0."""
   _check_concrete(owner, values, lambda a: a >= 0, "be a finite number >= 0")
+
+
+def check_whole(owner: str, **values: Any) -> None:
+  """Raises ValueError unless every concrete value is a whole number (a
+  parallel degree: ``tp=3.5`` is none; traced values are not checked)."""
+  _check_concrete(owner, values, lambda a: a == np.round(a), "be an integer")
 
 
 def check_fraction(owner: str, **values: Any) -> None:
@@ -154,6 +163,20 @@ def check_instance(owner: str, cls: type, /, *, optional: bool = False,
     if not (isinstance(v, cls) or (optional and v is None)):
       raise ValueError(f"{owner}: {name}={v!r} must be a {cls.__name__}"
                        + (" or None" if optional else ""))
+
+
+def check_arguments(function: str, **arguments: tuple[Any, type]) -> None:
+  """Raises TypeError naming the first argument that is not of its type:
+  ``estimate: job must be an RLJob, got NoneType`` (a public entry point's
+  arguments, in the order ``(job, plan, cluster)``)."""
+  for name, (value, cls) in arguments.items():
+    if not isinstance(value, cls):
+      kinds = [c.__name__ for c in (cls if isinstance(cls, tuple) else (cls,))]
+      what = " or ".join("None" if k == "NoneType" else k for k in kinds)
+      swapped = value is not None and any(isinstance(value, c) for n, (_, c) in arguments.items()
+                                          if n != name)
+      raise TypeError(f"{function}: {name} must be {what}, got {type(value).__name__}"
+                      + (f" (the order is {', '.join(arguments)})" if swapped else ""))
 
 
 def replace(obj: T, **changes: Any) -> T:

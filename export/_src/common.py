@@ -267,11 +267,11 @@ def concrete(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster, framework: str,
       max_seqs=require_int(e.max_seqs, "engine.max_seqs"), prefix_caching=bool(e.prefix_caching),
       cuda_graphs=bool(e.cuda_graphs), sync_backend=e.sync_backend,
       dp_attention=bool(e.dp_attention))
-  cm.validate_plan(plan, job, cluster)
+  cm.validate_plan(job, plan, cluster)
   check_supported(plan, job, cluster, framework, supports)
   if rule_set is not None:
     try:
-      cm.validate_plan(plan, job, cluster, frameworks=(rule_set,))
+      cm.validate_plan(job, plan, cluster, frameworks=(rule_set,))
     except ValueError as err:
       raise ValueError(f"{framework}: {err}") from None
   mode = plan.mode

@@ -183,7 +183,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
                  mode=cm.Mode(staleness=staleness, partial_rollout=staleness > 0))
   nodes, per_node = number(o, "cluster.n_nodes", FW, 1), number(o, "cluster.n_gpus_per_node", FW, 8)
   cluster = importing.build_cluster(g, [(nodes, per_node)])
-  cm.validate_plan(plan, job, cluster)
+  cm.validate_plan(job, plan, cluster)
   return importing.imported(job, plan, cluster, o, _RELEVANT, tuple(notes))
 
 

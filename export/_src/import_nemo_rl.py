@@ -214,7 +214,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   plan = cm.Plan(pools=tuple(cm.Pool(k, float(x)) for k, x in pools.items()), roles=tuple(roles),
                  engine=engine, rollout_pool="all" if colocated else "gen", mode=mode)
   cluster = importing.build_cluster(g, [(nodes, per_node)])
-  cm.validate_plan(plan, job, cluster)
+  cm.validate_plan(job, plan, cluster)
   return importing.imported(job, plan, cluster, o, _RELEVANT, tuple(notes))
 
 

@@ -162,7 +162,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   plan = cm.Plan(pools=tuple(pools), roles=tuple(roles), engine=engine, rollout_pool=rollout_pool,
                  mode=mode)
   cluster = importing.build_cluster(g, list(groups.values()), gen)
-  cm.validate_plan(plan, job, cluster)
+  cm.validate_plan(job, plan, cluster)
   return importing.imported(job, plan, cluster, o, _RELEVANT, tuple(notes))
 
 

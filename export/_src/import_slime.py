@@ -171,7 +171,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   if g.gpus_per_node is None and "num-gpus-per-node" in o:
     g = dataclasses.replace(g, gpus_per_node=number(o, "num-gpus-per-node", FW))
   cluster = importing.build_cluster(g, [group], rollout_gpus)
-  cm.validate_plan(plan, job, cluster)
+  cm.validate_plan(job, plan, cluster)
   return importing.imported(job, plan, cluster, o, _RELEVANT, tuple(notes))
 
 

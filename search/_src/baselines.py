@@ -241,6 +241,7 @@ def why_empty(job: cm.RLJob, cluster: cm.Cluster, family: str,
     ValueError: for an unknown family or framework, or a family the framework
       does not run.
   """
+  result_lib.check_arguments(f"family {family!r}", job, cluster)
   fw = fw_lib.get(framework)
   _check_family(job, family, framework)
   why = fw.why_empty(family, job, cluster, space)

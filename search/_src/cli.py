@@ -285,7 +285,7 @@ def import_run(framework: str, path: str) -> export.Imported:
     changes["prompt_len"] = float(PROMPT_LEN.value)
   if changes:
     job = job.replace(**changes)
-    cm.validate_plan(imported.plan, job, imported.cluster)
+    cm.validate_plan(job, imported.plan, imported.cluster)
   return export.Imported(job, imported.plan, imported.cluster)
 
 

@@ -250,6 +250,7 @@ def cut_dp(job: cm.RLJob, cluster: cm.Cluster, budget_s: float | None = None,
       an unknown family or one outside the framework and modes.
   """
   t0 = time.perf_counter()
+  result_lib.check_arguments("cut_dp", job, cluster)
   _check(budget_s, keep, combos, top_k)
   allowed = fw_lib.families_for(job, framework, max_staleness, partial_rollout)
   fams = tuple(families) if families is not None else allowed

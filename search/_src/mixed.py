@@ -49,7 +49,7 @@ def train_layouts(job: cm.RLJob) -> tuple[cm.Parallel, ...]:
 def valid(job, plan, cluster) -> bool:
   """Whether ``plan`` passes :func:`costmodel.validate_plan` on ``cluster``."""
   try:
-    cm.validate_plan(plan, job, cluster)
+    cm.validate_plan(job, plan, cluster)
   except ValueError:
     return False
   return True

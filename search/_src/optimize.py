@@ -170,6 +170,7 @@ def optimize(job: cm.RLJob, cluster: cm.Cluster, families=None, starts: int = DE
     >>> res.best_estimate.step_time_s  # doctest: +SKIP
   """
   t0 = time.perf_counter()
+  result_lib.check_arguments("optimize", job, cluster)
   _check_int("starts", starts, 1)
   _check_int("steps", steps, 1)
   _check_int("top_k", top_k, 1)

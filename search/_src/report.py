@@ -87,8 +87,9 @@ def format_next(accepted_by: tuple[str, ...], out: str | None, report_path: str 
   lines += [f"  {w}" for w in written if not w.startswith("wrote ")]
   if not files:
     frameworks = ",".join(accepted_by) or "verl"
-    lines.append(f"  add --out {out or 'plan.json'} --export {frameworks} to write the plan "
-                 "and each framework's command or config"
+    what = ("each framework's command or config next to it" if out else
+            "the plan and each framework's command or config")
+    lines.append(f"  add {'' if out else '--out plan.json '}--export {frameworks} to write {what}"
                  + ("" if accepted_by else " (no exporter accepts this plan: try --framework)"))
   if report_path is None:
     lines.append("  add --report plan.html for an HTML report of the plan")

@@ -126,7 +126,7 @@ def exact_plans(ev, values: np.ndarray) -> list[tuple[cm.Plan, cm.Estimate]]:
   out = []
   for row, est in zip(values, ev.estimates(values), strict=True):
     plan = fs.to_plan(np.asarray(row, np.float64))
-    cm.validate_plan(plan, fs.job, fs.cluster)
+    cm.validate_plan(fs.job, plan, fs.cluster)
     out.append((plan, est))
   return out
 
@@ -215,6 +215,13 @@ class SearchResult:
   def best_step_time_s(self) -> float:
     """Step time of ``best_plan`` (inf when nothing fits)."""
     return float(self.best_estimate.step_time_s) if self.feasible else float("inf")
+
+
+def check_arguments(function: str, job, cluster) -> None:
+  """A search method's ``(job, cluster)``: TypeError naming the one of the wrong type."""
+  for name, value, cls in (("job", job, cm.RLJob), ("cluster", cluster, cm.Cluster)):
+    if not isinstance(value, cls):
+      raise TypeError(f"{function}: {name} must be {cls.__name__}, got {type(value).__name__}")
 
 
 def least_bad_reason(est: cm.Estimate) -> str:

@@ -109,7 +109,7 @@ def _rows(fs: space_lib.FamilySpace, pools: dict, engine_tp: float, memory_fract
 
 def _runs(fs: space_lib.FamilySpace, row: np.ndarray) -> bool:
   try:
-    cm.validate_plan(fs.to_plan(np.asarray(row, np.float64)), fs.job, fs.cluster)
+    cm.validate_plan(fs.job, fs.to_plan(np.asarray(row, np.float64)), fs.cluster)
   except ValueError:
     return False
   return True

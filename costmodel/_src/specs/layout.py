@@ -92,6 +92,8 @@ class Parallel:
       object.__setattr__(self, "recompute", float(RECOMPUTE[self.recompute]))
     pytree.check_at_least("Parallel", 1, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep,
                           vpp=self.vpp, etp=self.etp)
+    pytree.check_whole("Parallel", tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep,
+                       vpp=self.vpp, etp=self.etp)
     _check_moe_precision(self)
     pytree.check_positive("Parallel", micro_batch=self.micro_batch)
     pytree.check_one_of("Parallel", (0, 1, 2, 3), zero_stage=self.zero_stage)

@@ -280,25 +280,29 @@ def _check_layout(where: str, job: RLJob, role: str, layout: Parallel, gpus: flo
     rules.check_rules("layout", fields, f"{where}: ", frameworks)
 
 
-def validate(plan: Plan, job: RLJob, cluster: Cluster, frameworks: tuple[str, ...] = ()) -> None:
+def validate(job: RLJob, plan: Plan, cluster: Cluster, frameworks: tuple[str, ...] = ()) -> None:
   """Checks a concrete plan against the job and cluster.
 
   The numeric rules come from the rule table (:mod:`costmodel._src.specs.constraints`).
+  The arguments come in the order of :func:`costmodel.estimate`.
 
   Args:
-    plan: The plan.
     job: The job.
+    plan: The plan.
     cluster: The cluster.
     frameworks: Optional rule sets to check as well (``verl``, ``openrlhf``,
       ``nemo_rl``: batch divisibility; ``zero3``: ZeRO-3 without TP/PP/EP).
 
   Raises:
+    TypeError: naming the argument that is not a job, plan or cluster.
     ValueError: naming what is wrong: an unknown or missing pool or role,
       pools larger than the cluster, degrees that do not divide the pool or
       the model's heads, layers or experts, a mode or weight sync the
       placement cannot run (all from the rule table), streaming calls that do
       not divide the job's mini-batches.
   """
+  pytree.check_arguments("validate_plan", job=(job, RLJob), plan=(plan, Plan),
+                         cluster=(cluster, Cluster))
   frameworks = tuple(frameworks)
   rules.rules("pool", frameworks)  # rejects unknown rule sets early
   samples = _samples(job)

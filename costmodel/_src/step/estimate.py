@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from costmodel._src import pytree
 from costmodel._src.ops.efficiency import Efficiency
 from costmodel._src.specs import plan as plan_lib
 from costmodel._src.specs.cluster import Cluster
@@ -56,9 +57,14 @@ def estimate(job: RLJob, plan: plan_lib.Plan, cluster: Cluster,
     An :class:`Estimate`.
 
   Raises:
+    TypeError: naming the argument that is not a job, plan, cluster or
+      efficiency parameters.
     ValueError: for a concrete plan that cannot run (see
       :func:`costmodel.validate_plan`).
   """
+  pytree.check_arguments("estimate", job=(job, RLJob), plan=(plan, plan_lib.Plan),
+                         cluster=(cluster, Cluster),
+                         efficiency=(efficiency, (Efficiency, type(None))))
   return estimate_shared(job, (plan,), 0, cluster, efficiency, tau)[0]
 
 
@@ -129,7 +135,7 @@ def _prepared(job: RLJob, plans, cluster: Cluster):
   """The plans validated: each one's stage graph and pool name -> GPUs."""
   graphs, gpus = [], []
   for plan in plans:
-    plan_lib.validate(plan, job, cluster)
+    plan_lib.validate(job, plan, cluster)
     gpus.append({p.name: jnp.asarray(p.gpus, float) for p in plan.pools})
     graphs.append(_graph(job, plan))
   return tuple(graphs), tuple(gpus)
