@@ -98,25 +98,31 @@ def x64():
 @pytest.fixture(scope="session", autouse=True)
 def _jax_cache_in_tmp(tmp_path_factory):
   """One persistent compilation cache for the test run, in a temporary
-  directory that the pytest-xdist workers share (``RLCOST_JAX_CACHE``, which
-  searches and subprocesses read, and JAX's own setting, which every other
-  compiled program reads): a program one test compiled, in any worker, loads
-  in the next that builds it. It changes compile time, never results."""
+  directory that the pytest-xdist workers share: a program one test compiled,
+  in any worker or subprocess, loads in the next that builds it.
+
+  Every program is kept, however fast it compiled (threshold 0 s): the suite
+  runs the cost model eagerly in many processes (two workers, the notebook
+  kernels, the command-line tests), and each compiles the same few thousand
+  small programs (one per primitive and shape) that a later one then loads.
+  The settings reach subprocesses through JAX's environment variables
+  (``JAX_COMPILATION_CACHE_DIR``, ...) and the search's ``RLCOST_JAX_CACHE``.
+  It changes compile time, never results."""
   base = tmp_path_factory.getbasetemp()
   path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "jax_cache"
   path.mkdir(exist_ok=True)
   mp = pytest.MonkeyPatch()
   mp.setenv("RLCOST_JAX_CACHE", str(path))
-  saved = {k: getattr(jax.config, k) for k in _CACHE_SETTINGS}
-  jax.config.update("jax_compilation_cache_dir", str(path))
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+  settings = {"jax_compilation_cache_dir": str(path),
+              "jax_persistent_cache_min_compile_time_secs": 0.0}
+  saved = {k: getattr(jax.config, k) for k in settings}
+  for k, v in settings.items():
+    jax.config.update(k, v)
+    mp.setenv(k.upper(), str(v))
   yield
   for k, v in saved.items():
     jax.config.update(k, v)
   mp.undo()
-
-
-_CACHE_SETTINGS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
 
 
 @pytest.fixture(scope="session")

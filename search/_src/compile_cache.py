@@ -55,8 +55,10 @@ def enable(path: str | bool | None = None) -> str | None:
   path = os.path.expanduser(str(path))
   os.makedirs(path, exist_ok=True)
   jax.config.update("jax_compilation_cache_dir", path)
-  # The exact evaluators compile in about a second; keep them too.
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+  # The exact evaluators compile in about a second; keep them too (and
+  # whatever faster programs a lower threshold set earlier keeps).
+  jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                    min(0.2, jax.config.jax_persistent_cache_min_compile_time_secs))
   return path
 
 
