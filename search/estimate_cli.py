@@ -42,7 +42,8 @@ def _inputs() -> tuple[cm.RLJob, cm.Plan, cm.Cluster, str]:
     raise ValueError(f"--plan: give a plan file or --from_{start[0]}, not both")
   if start is not None:
     imported = cli.import_run(*start)
-    return imported.job, imported.plan, imported.cluster, f"{start[0]} run {start[1]}"
+    where = "\n".join(x for x in (f"{start[0]} run {start[1]}", cli.not_modelled(imported)) if x)
+    return imported.job, imported.plan, imported.cluster, where
   if not os.path.isfile(_PLAN.value):
     raise ValueError(f"--plan: {_PLAN.value!r} is not a file")
   with cli.flag("plan"):

@@ -194,6 +194,8 @@ def main(argv) -> int:
     return beyond_flags.run_cost(job, cli.GPUS_PER_NODE.value)
   searched, skipped = _skips(job, cluster, framework, mode, families)
   print(report.format_job(job, cluster), flush=True)
+  if current is not None and cli.not_modelled(current):
+    print(cli.not_modelled(current))
   if _CHECK.value:
     print(f"families to search ({framework}): {', '.join(searched)}")
     print("\n".join(f"skipped {why}" for why in skipped.values()))

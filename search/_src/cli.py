@@ -286,7 +286,16 @@ def import_run(framework: str, path: str) -> export.Imported:
   if changes:
     job = job.replace(**changes)
     cm.validate_plan(job, imported.plan, imported.cluster)
-  return export.Imported(job, imported.plan, imported.cluster)
+  out = export.Imported(job, imported.plan, imported.cluster)
+  out.not_modelled = tuple(getattr(imported, "not_modelled", ()))
+  return out
+
+
+def not_modelled(imported: export.Imported) -> str:
+  """The one line of what the run states that the cost model reads but does not
+  represent (empty when nothing)."""
+  items = getattr(imported, "not_modelled", ())
+  return f"not modelled: {'; '.join(items)}" if items else ""
 
 
 # ----- exports ----------------------------------------------------------------------------
