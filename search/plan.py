@@ -214,7 +214,8 @@ def main(argv) -> int:
   print(report.format_result(result, rules), flush=True)
   if start is not None:
     step = float(cm.estimate(job, current.plan, cluster).step_time_s)
-    print(framework_settings.format_better(start[0], current.plan, step, result, job, cluster))
+    print(framework_settings.format_better(start[0], current.plan, step, result, job, cluster,
+                                           run_settings=getattr(current, "settings", None)))
   if not result.feasible:
     cli.fail_with(1, f"no layout fits: {result.infeasible_reason}")
   written = []

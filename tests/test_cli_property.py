@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import pytest
 
 import costmodel as cm
+import export
 from search import estimate_cli
 from search import plan as plan_cli
 from search._src import frameworks as fw_lib
@@ -199,3 +200,26 @@ def test_export_writes_what_each_framework_accepts_and_lists_the_refusals(tmp_pa
   assert [fw for fw, _ in refused] == ["slime", "areal"]
   assert all("micro_batch" in why for _, why in refused)
   assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json", *sorted(written)]
+
+
+def test_better_plans_of_a_dynamic_batch_run_change_its_token_budgets():
+  # veRL's Qwen3-8B example runs use_dynamic_bsz=True with 24,576 tokens per GPU:
+  # veRL ignores ppo_micro_batch_size_per_gpu there, so a new micro-batch is
+  # advised as a token budget: micro-batch x (prompt + mean response) tokens.
+  from search._src import framework_settings  # pylint: disable=g-import-not-at-top
+  example = ROOT / "tests" / "data" / "verl_examples" / "run_qwen3_8b_fsdp_1dda039.txt"
+  run = export.read_config("verl", str(example), response_mean=900)
+  plan, job, cluster = run.plan, run.job, run.cluster
+  actor = plan.role("actor")
+  faster = plan.replace(roles=tuple(
+      cm.RolePlan(r.role, r.pool, train=r.train.replace(micro_batch=4.0), infer=r.infer)
+      if r.role == "actor" else r for r in plan.roles))
+  lines = framework_settings.settings_diff("verl", plan, faster, job, cluster, run.settings)
+  assert float(actor.train.micro_batch) != 4.0
+  assert not any("ppo_micro_batch_size_per_gpu" in line for line in lines), lines
+  seq = float(job.prompt_len) + 900.0  # 1,024 + 900 tokens
+  assert (f"  actor_rollout_ref.actor.ppo_max_token_len_per_gpu: 24576 -> {int(4 * seq)}"
+          in lines), lines
+  # Without the run's settings the diff is in the exporter's keys.
+  plain = framework_settings.settings_diff("verl", plan, faster, job, cluster)
+  assert any("ppo_micro_batch_size_per_gpu" in line for line in plain), plain

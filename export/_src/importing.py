@@ -50,6 +50,7 @@ def imported(job: cm.RLJob, plan: cm.Plan, cluster: cm.Cluster, settings: "Track
   unread = [f"{k}={settings.raw(k)!r}" for k in settings.unread()
             if re.search(relevant, k)]
   out.not_modelled = tuple(notes) + tuple(unread)
+  out.settings = dict(settings)  # as the run states them (what stays when a plan changes)
   return out
 
 

@@ -288,6 +288,7 @@ def import_run(framework: str, path: str) -> export.Imported:
     cm.validate_plan(job, imported.plan, imported.cluster)
   out = export.Imported(job, imported.plan, imported.cluster)
   out.not_modelled = tuple(getattr(imported, "not_modelled", ()))
+  out.settings = dict(getattr(imported, "settings", {}))
   return out
 
 
