@@ -1,20 +1,32 @@
 """Predictions against published measurements, with stated tolerances.
 
 Every case is a row of the packaged tables (``costmodel/data``) predicted with
-the default efficiency parameters. Tolerances per group:
+the default efficiency parameters; each tolerance sits a little above the
+figure measured with them (in brackets). Out-of-source figures (each source
+left out of a fit and predicted) are in ``benchmarks/results/fidelity.md``.
 
-========================================== ============== =====================
-rows                                       metric         tolerance
-========================================== ============== =====================
-Korthikanti et al. iteration time (21-28)  s / iteration  10% each
-Megatron-LM / Narayanan et al. (1-10)      TFLOP/s / GPU  10% each
+========================================== ============== ==========================
+rows                                       metric         tolerance [measured]
+========================================== ============== ==========================
+Korthikanti et al. iteration time (21-28)  s / iteration  10% each, row 21 13% [12.1%]
+Megatron-LM / Narayanan et al. (1-10)      TFLOP/s / GPU  10% each [7.7% worst]
+training rows together                     median         5% [3.9%]
 Korthikanti activation memory (30-33)      GiB            1% each
 GEMM and GEMV kernels (75-84)              TFLOP/s, GB/s  15% each, median 10%
 decode, batch 1 (44, 46)                   ms / token     20% each
+vLLM serving (57, 58)                      ms             20% each [+8.6%, -13.1%]
 NCCL collectives (85, 86, 90)              ms, GB/s       15% each
-RL steps (feasible in the model)           s              median below 26%
-========================================== ============== =====================
+weight sync (rl:12, rl:13, N15-N18)        s              median 25% [18.9%]
+MoE, FP8 rows                              various        median 10% [6.5%, 5.5%]
+RL steps (27 rows)                         s              median 12% [10.7%]
+RL log-prob stages (7 rows)                s              median 7% [4.9%], 15% each
+RL generation stages (6 rows)              s              median 30% [27.3%]
+RL update stages (13 rows)                 s              median 25% [21.9%]
+untimed rest at 64 and 128 H20 (rl:3, 5)   s              5% each [-2.2%, -0.7%]
+========================================== ============== ==========================
 
+The stage errors carry signs the medians hide: generation is too fast in 5 of
+6 rows, the update too slow in 12 of 13, log-probs too fast in 5 of 7.
 Prefill rows (43, 45) are reported, not asserted: FasterTransformer's
 batch-1 prefill runs below the model's GEMM efficiency at 512 tokens.
 """
@@ -41,9 +53,11 @@ COLLECTIVES = {"training_inference:85", "training_inference:86", "training_infer
 # DeepSpeed-Chat's OPT-30B and OPT-66B on 8 A100 and OPT-175B on 64 A100 train
 # a LoRA actor; those rows are LoRA cases (group rl_lora), not full fine-tuning.
 DS_CHAT_LORA = {"rl:103", "rl:104", "rl:110"}
-# Median absolute error of the RL step rows, 18.7% with the default efficiency
+# Median absolute error of the RL step rows, 10.7% with the default efficiency
 # parameters over 27 rows; asserted with a small margin.
-RL_STEP_MEDIAN_BOUND = 0.21
+RL_STEP_MEDIAN_BOUND = 0.12
+# Median absolute error bound per RL stage kind (measured 4.9%, 27.3%, 21.9%).
+RL_STAGE_MEDIAN_BOUND = {"log-prob": 0.07, "generation": 0.30, "update": 0.25}
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +170,7 @@ def test_summary_matches_the_rows(rows):
     assert summary[group]["n"] == errors.size
     assert summary[group]["median"] == pytest.approx(float(np.median(errors)))
     assert summary[group]["worst"] == pytest.approx(float(errors.max()))
-  assert summary["training"]["median"] < 0.10
+  assert summary["training"]["median"] < 0.05
 
 
 # ----- RL post-training steps --------------------------------------------------
@@ -187,6 +201,39 @@ def test_rl_step_median_error(rl_step):
   print("\n" + validation.markdown(kept))
   assert summary["median"] < RL_STEP_MEDIAN_BOUND
   assert all(np.isfinite(r.predicted) and r.predicted > 0 for r in kept)
+
+
+@pytest.fixture(scope="module")
+def rl_stage_rows():
+  """RL stage rows by kind and the untimed rest, predicted once."""
+  cases = validation.cases(["rl_stage", "rl_rest"])
+  rows = validation.evaluate(cases)
+  by_kind: dict = {}
+  for c, r in zip(cases, rows, strict=True):
+    by_kind.setdefault("rest" if c.group == "rl_rest" else validation.stage_kind(c),
+                       []).append(r)
+  return by_kind
+
+
+def test_rl_stage_kinds(rl_stage_rows):
+  assert {k: len(v) for k, v in rl_stage_rows.items()} == {
+      "generation": 6, "log-prob": 7, "update": 13, "rest": 5}
+  for kind, bound in RL_STAGE_MEDIAN_BOUND.items():
+    errors = np.asarray([r.error for r in rl_stage_rows[kind]])
+    print(kind, np.round(errors, 3))
+    assert float(np.median(np.abs(errors))) < bound, kind
+  # Log-prob passes: every row within 15% once the per-token outputs go back
+  # to the controller padded to the maximum response.
+  _assert_within(rl_stage_rows["log-prob"], 0.15)
+
+
+def test_untimed_rest_is_the_reward_and_hand_offs_at_64_and_128_gpus(rl_stage_rows):
+  # veRL's colocated step less its gen, old_log_prob and update_actor timers:
+  # 10.9 s and 10.7 s at 64 and 128 H20 (8,192 samples), what the controller's
+  # reward and the batch hand-offs take.
+  rest = {r.row_id: r for r in rl_stage_rows["rest"]}
+  _assert_within([rest["rl:3"], rest["rl:5"]], 0.05)
+  assert rest["rl:3"].published == pytest.approx(365.28 - 150.72 - 70.26 - 133.41)
 
 
 # ----- weight sync and feasibility rows -------------------------------------------
