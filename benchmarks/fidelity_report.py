@@ -21,9 +21,9 @@ from absl import app
 from absl import flags
 import numpy as np
 
-import costmodel as cm
 from benchmarks import fidelity_tables as tables
 from benchmarks import provenance
+import costmodel as cm
 
 _OUT = flags.DEFINE_string("out_dir", "benchmarks/results", "Output folder.")
 _STEPS = flags.DEFINE_integer("steps", 200, "Calibration steps.")

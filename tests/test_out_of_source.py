@@ -24,7 +24,8 @@ FULLY_ASYNC = "volcengine/verl:verl/experimental/fully_async_policy/README.md"
     ("https://github.com/NVIDIA/nccl-tests/issues/212 (maintainer sjeaugey)",
      "NVIDIA/nccl-tests#212"),
     ("alibaba/Pai-Megatron-Patch issue #658 (commit 2b201af)", "alibaba/Pai-Megatron-Patch#658"),
-    ("volcengine/verl:docs/advance/one_step_off.md", "volcengine/verl:docs/advance/one_step_off.md"),
+    ("volcengine/verl:docs/advance/one_step_off.md",
+     "volcengine/verl:docs/advance/one_step_off.md"),
     ("volcengine/verl:docs/perf/dpsk.md + examples/grpo_trainer/run.sh",
      "volcengine/verl:docs/perf/dpsk.md"),
     # The fully-async README moved to docs/advance/fully_async.md: one source.

@@ -151,8 +151,8 @@ def test_decode_rows(rows):
   by_id = {r.row_id: r for r in selected}
   assert by_id["training_inference:46"].predicted < by_id["training_inference:44"].predicted
   # vLLM serving rows (about +9% H100 and -13% A100 with the engine's
-  # per-sequence overhead and the HTTP server's share; -34% and -45% without): the H100 is faster than the A100 by more than 1.5x,
-  # as published (2.07x).
+  # per-sequence overhead and the HTTP server's share; -34% and -45% without):
+  # the H100 is faster than the A100 by more than 1.5x, as published (2.07x).
   h100, a100 = by_id["training_inference:57"], by_id["training_inference:58"]
   assert a100.predicted / h100.predicted > 1.5
   _assert_within([h100, a100], 0.20)

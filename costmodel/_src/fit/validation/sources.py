@@ -76,7 +76,7 @@ def normalize(source: str) -> str:
   return SAME_SOURCE.get(key, key)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _table_sources(table: str) -> dict[str, str]:
   """Row id -> source key of one packaged table (``same`` repeats the row above)."""
   out, last = {}, None
