@@ -156,3 +156,15 @@ def test_hybrid_model_is_a_static_pytree():
   q9 = cm.models.from_hf_id("Qwen/Qwen3.5-9B")
   assert jax.tree_util.tree_leaves(q9) == []
   assert hash(q9) == hash(cm.models.from_hf_id("Qwen/Qwen3.5-9B"))
+
+
+def test_qwen35_multimodal_config_reads_its_text_config():
+  from costmodel._src.specs import hf_config  # pylint: disable=g-import-not-at-top
+  from costmodel._src.specs import hf_models  # pylint: disable=g-import-not-at-top
+  text = dict(hf_models.table()["Qwen/Qwen3.5-35B-A3B"]["config"], mtp_num_hidden_layers=1)
+  text.pop("model_type")
+  spec = hf_config.from_hf_config({"model_type": "qwen3_5_moe", "text_config": text,
+                                   "vision_config": {"depth": 27}}, name="q35")
+  assert spec.mtp_layers == 1
+  assert spec.replace(mtp_layers=0, name="x") == cm.models.get(
+      "Qwen/Qwen3.5-35B-A3B").replace(name="x")

@@ -64,8 +64,10 @@ def _moe(r: Reader, n_layers: int) -> dict[str, Any]:
 
 
 def _base(r: Reader) -> dict[str, Any]:
+  # Qwen3.5's multi-token-prediction layers (a speculative-decoding draft), when named.
+  mtp = r.integer("mtp_num_hidden_layers", minimum=0) if r.has("mtp_num_hidden_layers") else 0
   return dict(hf_families.attention(r), tied_embeddings=r.flag("tie_word_embeddings", False),
-              qkv_bias=r.flag("attention_bias", False))
+              qkv_bias=r.flag("attention_bias", False), mtp_layers=mtp)
 
 
 def qwen3_next(r: Reader) -> dict[str, Any]:
