@@ -191,21 +191,11 @@ def read(source: Any, **missing: Any) -> importing.Imported:
                        infer=r.infer) for r in roles]
   pools[policy_pool] = rest
 
-  v = "policy.generation.vllm_cfg"
-  engine = cm.Engine(
-      tp=float(number(o, f"{v}.tensor_parallel_size", FW)),
-      pp=float(number(o, f"{v}.pipeline_parallel_size", FW, 1)),
-      ep=float(number(o, f"{v}.expert_parallel_size", FW, 1)),
-      memory_fraction=float(number(o, f"{v}.gpu_memory_utilization", FW, kind=float, minimum=0)),
-      max_seqs=float(number(o, "policy.generation.vllm_kwargs.max_num_seqs", FW,
-                            g.engine_max_seqs)),
-      # NeMo-RL @7ea279a passes no prefix-caching setting to vLLM (vLLM's default: on)
-      # unless vllm_kwargs names one.
-      prefix_caching=flag(o, "policy.generation.vllm_kwargs.enable_prefix_caching", FW, True),
-      cuda_graphs=not flag(o, f"{v}.enforce_eager", FW, False),
-      sync_backend="ipc" if colocated else choice(
-          o, "policy.generation.refit_transport", FW, {None: "bucketed",
-                                                       "nccl_reshard": "reshard"}))
+  sync = "ipc" if colocated else choice(
+      o, "policy.generation.refit_transport", FW, {None: "bucketed", "nccl_reshard": "reshard"})
+  backend = choice(o, "policy.generation.backend", FW, {"vllm": _vllm, "sglang": _sglang},
+                   "vllm")
+  engine = backend(o, g).replace(sync_backend=sync)
   a = f"{section}.async_{section}"
   mode = cm.Mode()
   if flag(o, f"{a}.enabled", FW):
@@ -219,11 +209,42 @@ def read(source: Any, **missing: Any) -> importing.Imported:
 
 
 # Keys a cost could depend on: set but read by no rule above, they are listed as not modelled.
-_RELEVANT = (r"offload|parallel_size|micro_batch|batch_size|mb_tokens|dynamic_batching\.enabled|"
+_RELEVANT = (r"^(?!.*(mcore_generation_config|real_quant)).*(offload|parallel_size|micro_batch|"
+             r"(?<!val_)batch_size|mb_tokens|dynamic_batching\.enabled|"
              r"sequence_packing\.enabled|lora_cfg\.(enabled|dim)|gpu_memory_utilization|"
              r"max_num_seqs|enforce_eager|gpus_per_node|num_nodes|max_trajectory_age|"
              r"activation_checkpointing|recompute|colocated\.enabled|megatron_cfg\.enabled|"
-             r"dtensor_cfg\.enabled|async_\w+\.enabled|backend$")
+             r"dtensor_cfg\.enabled|async_\w+\.enabled|backend$)")
+
+
+def _vllm(o: dict, g: importing.Given) -> cm.Engine:
+  v = "policy.generation.vllm_cfg"
+  return cm.Engine(
+      tp=float(number(o, f"{v}.tensor_parallel_size", FW)),
+      pp=float(number(o, f"{v}.pipeline_parallel_size", FW, 1)),
+      ep=float(number(o, f"{v}.expert_parallel_size", FW, 1)),
+      memory_fraction=float(number(o, f"{v}.gpu_memory_utilization", FW, kind=float, minimum=0)),
+      max_seqs=float(number(o, "policy.generation.vllm_kwargs.max_num_seqs", FW,
+                            g.engine_max_seqs)),
+      # vllm_worker.py @7ea279a (_resolve_enable_prefix_caching) passes vllm_cfg's key to
+      # vLLM; unset, it is on for compute capability >= 8 (every accelerator preset)
+      prefix_caching=flag(o, f"{v}.enable_prefix_caching", FW, True),
+      cuda_graphs=not flag(o, f"{v}.enforce_eager", FW, False))
+
+
+def _sglang(o: dict, g: importing.Given) -> cm.Engine:
+  """``policy.generation.sglang_cfg`` (SGLang's server arguments by name)."""
+  c = "policy.generation.sglang_cfg"
+  return cm.Engine(
+      tp=float(number(o, f"{c}.tp_size", FW, 1)), pp=float(number(o, f"{c}.pp_size", FW, 1)),
+      ep=float(number(o, f"{c}.ep_size", FW, 1)),
+      memory_fraction=float(number(o, f"{c}.mem_fraction_static", FW, kind=float, minimum=0)),
+      max_seqs=float(number(o, f"{c}.max_running_requests", FW, g.engine_max_seqs)),
+      prefix_caching=not flag(o, f"{c}.disable_radix_cache", FW),
+      cuda_graphs=not flag(o, f"{c}.disable_cuda_graph", FW),
+      dp_attention=flag(o, f"{c}.enable_dp_attention", FW))
+
+
 def _lora(o: dict) -> cm.LoRA | None:
   """LoRA of the policy: ``dtensor_cfg.lora_cfg`` (FSDP2) or ``megatron_cfg.peft`` (rank
   ``dim``); the reference is the base with the adapters off."""
@@ -241,5 +262,6 @@ def _micro(o: dict, key: str, tokens_key: str, seq: float) -> float:
   packed = flag(o, "policy.dynamic_batching.enabled", FW) or flag(
       o, "policy.sequence_packing.enabled", FW)
   if packed and o.get(tokens_key) is not None:
+    o.get(key)  # superseded by the token budget
     return float(max(1, int(number(o, tokens_key, FW) // seq)))
   return float(number(o, key, FW))

@@ -47,11 +47,18 @@ def imported(job: cm.RLJob, plan: cm.Plan, cluster: cm.Cluster, settings: "Track
   """The import, with the settings matching the regex ``relevant`` (those a cost could
   depend on) that no rule read, and ``notes``, as its ``not_modelled``."""
   out = Imported(job, plan, cluster)
+  off = [k[:-len("enabled")] for k in settings.keys()
+         if k.endswith(".enabled") and settings.raw(k) in (False, "False", "false")]
   unread = [f"{k}={settings.raw(k)!r}" for k in settings.unread()
-            if re.search(relevant, k)]
+            if re.search(relevant, k) and not any(k.startswith(p) for p in off)
+            and settings.raw(k) not in _OFF]
   out.not_modelled = tuple(notes) + tuple(unread)
   out.settings = dict(settings)  # as the run states them (what stays when a plan changes)
   return out
+
+
+# Values that switch nothing on: a key set to one of them states no setting to model.
+_OFF = (None, False, 0, "", "False", "false", "None", "null")
 
 
 class Tracked(dict):

@@ -269,7 +269,8 @@ def given() -> dict[str, Any]:
     out["model"] = f["model"].value
   for name, key in (("response_mean", "response_mean"), ("reward_model", "reward_model"),
                     ("gpu", "gpu"), ("gpus_per_node", "gpus_per_node"),
-                    ("critic_model", "critic"), ("oversample", "oversample")):
+                    ("critic_model", "critic"), ("oversample", "oversample"),
+                    ("prompt_len", "prompt_len")):
     if f[name].present and f[name].value is not None:
       out[key] = f[name].value
   return out
