@@ -9,6 +9,7 @@ restores the previous setting when the test ends.
 from __future__ import annotations
 
 import os
+import re
 
 # The suite compiles thousands of small programs (each primitive an eager cost
 # model call meets, each test's own jit) and runs most of them a few times, so
@@ -83,6 +84,25 @@ def assert_tree_allclose(a, b, rtol: float | None = None, atol: float | None = N
     r_def, a_def = max(tolerance(x.dtype), tolerance(y.dtype))
     np.testing.assert_allclose(x, y, rtol=r_def if rtol is None else rtol,
                                atol=a_def if atol is None else atol, err_msg=f"leaf {i}")
+
+
+# A module that defines a module-scoped fixture (a search, an enumeration, a
+# set of estimates) runs on one pytest-xdist worker (``--dist loadgroup``):
+# sent test by test, both workers would build the fixture.
+_MODULE_FIXTURE = re.compile(r"@pytest\.fixture\([^)]*scope=\"module\"")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+  """Groups the tests of each module that defines a module-scoped fixture (the
+  xdist group is the module's name); a test already in a group keeps it."""
+  shares: dict = {}
+  for item in items:
+    path = item.path
+    if path not in shares:
+      shares[path] = bool(_MODULE_FIXTURE.search(path.read_text(encoding="utf-8")))
+    if shares[path] and item.get_closest_marker("xdist_group") is None:
+      item.add_marker(pytest.mark.xdist_group(path.stem))
 
 
 @pytest.fixture
