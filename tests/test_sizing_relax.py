@@ -139,10 +139,13 @@ def test_objective_gradient_is_finite_and_matches_finite_differences():
   def objective(x):
     return fs.relaxed_objective(problem, fs.base.cluster, eff, x, 0.1, 10.0)[0]
 
-  # Compiled as the search's loop is (the options that compile fast).
-  f = jax.jit(objective, compiler_options=compile_cache.FAST_COMPILE)
+  # One program gives the objective and its gradient, compiled as the search's loop is
+  # (the options that compile fast).
+  value_and_grad = jax.jit(jax.value_and_grad(objective),
+                           compiler_options=compile_cache.FAST_COMPILE)
+  f = lambda y: value_and_grad(y)[0]
   x = jnp.asarray(x0[0], jnp.float32)
-  g = np.asarray(jax.jit(jax.grad(objective), compiler_options=compile_cache.FAST_COMPILE)(x))
+  g = np.asarray(value_and_grad(x)[1])
   assert np.all(np.isfinite(g))
   for name in ("pool.gen", "type.gen.H20", "type.train.H800"):
     j = [v.name for v in fs.vars].index(name)
