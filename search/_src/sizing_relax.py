@@ -241,9 +241,16 @@ def build(family: str, job: cm.RLJob, types, groups_gpus, gpus_per_node: int,
   # The accelerator only names the cluster the option lists are built on;
   # each assignment puts its own figures on the pools.
   hw = cm.hardware.get(types[0]).replace(name="sized")
-  cluster = cm.Cluster(hw, gpus_per_node=gpus_per_node, nodes=max(total // gpus_per_node, 1))
-  base = space_lib.build(family, job, cluster)
-  if base is None:
+  # The pool sizes are replaced below; the layout options come from the
+  # largest cluster of whole nodes on which the family holds the job (on
+  # 3 nodes, no data-parallel degree of a one-pool family may divide the
+  # batch where 2 nodes hold it).
+  for nodes in range(max(total // gpus_per_node, 1), 0, -1):
+    cluster = cm.Cluster(hw, gpus_per_node=gpus_per_node, nodes=nodes)
+    base = space_lib.build(family, job, cluster)
+    if base is not None:
+      break
+  else:
     return None
   node_gpus = gpus_per_node * np.arange(1, most // gpus_per_node + 1, dtype=np.float64)
   vars_ = [space_lib.Var(v.name, LOG2, node_gpus) if v.kind == space_lib.POOL else v
