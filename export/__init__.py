@@ -32,6 +32,9 @@ Plan files read back: ``export.read_plan(path).plan`` is the plan that
 """
 
 from export._src.areal import to_areal
+from export._src.defaults import ENGINE_DEFAULTS
+from export._src.defaults import EngineDefaults
+from export._src.defaults import PINS
 from export._src.base import Exporter
 from export._src.base import to_yaml
 from export._src.common import require_int
@@ -58,11 +61,14 @@ from export._src.verl import to_verl
 from export._src.verl import verl_command
 
 __all__ = (
+    "ENGINE_DEFAULTS",
+    "EngineDefaults",
     "FRAMEWORKS",
     "Exporter",
     "Given",
     "IMPORT_FRAMEWORKS",
     "Imported",
+    "PINS",
     "PlanFile",
     "describe",
     "get",

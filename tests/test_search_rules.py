@@ -60,22 +60,22 @@ _PPO_ROLES = ("actor", "reference", "critic", "reward")
 # changed the cost model, the layouts unchanged.
 _PINNED = {
     "default": (
-        (("verl", "colocated", {"all": 64.0}, (2.0, 1.0, 0.5, 1024.0), _fsdp(8.0)),
-         154.1990203857422),
-        (("openrlhf", "split", {"gen": 32.0, "train": 32.0}, (1.0, 1.0, 0.95, 1024.0),
-          _fsdp(8.0)), 207.26324462890625),
+        (("verl", "colocated", {"all": 64.0}, (2.0, 1.0, 0.5, 256.0), _fsdp(8.0)),
+         106.64159393310547),
+        (("openrlhf", "split", {"gen": 32.0, "train": 32.0}, (1.0, 1.0, 0.95, 256.0),
+          _fsdp(8.0)), 159.705810546875),
         (("kv_fit", "split", {"gen": 32.0, "train": 32.0}, (1.0, 1.0, 0.9, 4096.0),
-          _fsdp(8.0)), 207.26324462890625),
+          _fsdp(8.0)), 159.705810546875),
     ),
     "ppo": (
-        (("verl", "colocated", {"all": 16.0}, (2.0, 1.0, 0.5, 1024.0), _fsdp(8.0, _PPO_ROLES)),
-         434.7838439941406),
+        (("verl", "colocated", {"all": 16.0}, (2.0, 1.0, 0.5, 256.0), _fsdp(8.0, _PPO_ROLES)),
+         343.2348937988281),
         (("openrlhf", "split3", {"gen": 8.0, "actor": 4.0, "critic": 4.0},
-          (1.0, 1.0, 0.95, 1024.0), _fsdp(8.0, _PPO_ROLES)), 662.5503540039062),
+          (1.0, 1.0, 0.95, 256.0), _fsdp(8.0, _PPO_ROLES)), 623.0701293945312),
         (("areal", "split_async_partial", {"gen": 12.0, "train": 4.0}, (1.0, 1.0, 0.9, 1024.0),
-          _fsdp(4.0, _PPO_ROLES)), 940.7005004882812),
+          _fsdp(4.0, _PPO_ROLES)), 843.2714233398438),
         (("kv_fit", "split", {"gen": 12.0, "train": 4.0}, (1.0, 1.0, 0.9, 4096.0),
-          _fsdp(4.0, _PPO_ROLES)), 1057.98583984375),
+          _fsdp(4.0, _PPO_ROLES)), 960.5568237304688),
     ),
 }
 

@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 import costmodel as cm
+from export._src import defaults
 from export._src.base import Exporter
 from export._src.base import to_yaml
 from export._src.common import Layout
@@ -26,7 +27,7 @@ from export._src.refusals import refuse_remax
 from export._src.refusals import refuse_reward_model_and_epochs
 from export._src.refusals import same_degrees
 
-VERSION = "inclusionAI/AReaL@4aef98d"
+VERSION = defaults.PINS["areal"]
 
 _FW = "AReaL"
 

@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 import costmodel as cm
+from export._src import defaults
 from export._src import importing
 from export._src import shell
 from export._src.importing import choice
@@ -44,9 +45,10 @@ _ALIKE = {"reinforce_plus_plus_baseline": "reinforce_pp", "rloo_vectorized": "rl
                                  "optimal_token_baseline", "tir_optimal_token_baseline")}}
 _RECOMPUTE = {None: 0, "selective": 1, "full": 2}
 # Defaults of _generated_ppo_trainer.yaml at 1dda039 for the keys read here.
-_ROLLOUT_DEFAULTS = {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 1,
-                     "expert_parallel_size": 1, "gpu_memory_utilization": 0.5,
-                     "max_num_seqs": 256, "enable_prefix_caching": True}
+_E = defaults.ENGINE_DEFAULTS["verl"]
+_ROLLOUT_DEFAULTS = {"tensor_model_parallel_size": _E.tp, "pipeline_model_parallel_size": 1,
+                     "expert_parallel_size": 1, "gpu_memory_utilization": _E.memory_fraction,
+                     "max_num_seqs": _E.max_seqs, "enable_prefix_caching": True}
 # Fields of a plan the overrides cannot state (taken as documented above).
 UNEXPRESSED = {"reward.infer": ("micro_batch", "zero_stage", "recompute", "sequence_parallel")}
 

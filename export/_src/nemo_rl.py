@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import costmodel as cm
+from export._src import defaults
 from export._src.base import Exporter
 from export._src.base import to_yaml
 from export._src.common import FP8_TRAINING
@@ -25,7 +26,7 @@ from export._src.refusals import refuse_remax
 from export._src.refusals import same_degrees
 from export._src.refusals import training_fp8
 
-VERSION = "NVIDIA-NeMo/RL@7ea279a"
+VERSION = defaults.PINS["nemo_rl"]
 
 _FW = "NeMo-RL"
 

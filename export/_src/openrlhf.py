@@ -10,6 +10,7 @@ import math
 import shlex
 
 import costmodel as cm
+from export._src import defaults
 from export._src.base import Exporter
 from export._src.common import Concrete
 from export._src.common import Scalar
@@ -25,7 +26,7 @@ from export._src.refusals import same_degrees
 _OPENRLHF_ESTIMATOR = {"ppo": "gae", "grpo": "group_norm", "dapo": "group_norm",
                        "reinforce_pp": "reinforce", "rloo": "rloo"}
 
-VERSION = "OpenRLHF/OpenRLHF@v0.11.0 (3c3be62)"
+VERSION = defaults.PINS["openrlhf"]
 
 
 def _openrlhf_roles(c: Concrete) -> tuple[dict[str, bool], dict[str, str]]:

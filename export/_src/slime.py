@@ -11,6 +11,7 @@ import math
 import shlex
 
 import costmodel as cm
+from export._src import defaults
 from export._src.base import Exporter
 from export._src.common import Scalar
 from export._src.common import concrete
@@ -25,7 +26,7 @@ from export._src.refusals import refuse_reward_model_and_epochs
 from export._src.refusals import same_degrees
 from export._src.refusals import training_fp8
 
-VERSION = "THUDM/slime@624b824"
+VERSION = defaults.PINS["slime"]
 
 _FW = "slime"
 _ESTIMATOR = {"ppo": "ppo", "grpo": "grpo", "dapo": "grpo", "reinforce_pp": "reinforce_plus_plus"}

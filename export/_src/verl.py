@@ -12,6 +12,7 @@ import math
 import shlex
 
 import costmodel as cm
+from export._src import defaults
 from export._src.base import Exporter
 from export._src.common import Concrete
 from export._src.common import Scalar
@@ -25,7 +26,7 @@ from export._src.verl_workers import actor_keys
 from export._src.verl_workers import critic_keys
 from export._src.verl_workers import reward_keys
 
-VERSION = "verl-project/verl@1dda039"
+VERSION = defaults.PINS["verl"]
 
 _ESTIMATOR = {"ppo": "gae", "grpo": "grpo", "dapo": "grpo",
               "reinforce_pp": "reinforce_plus_plus", "rloo": "rloo", "remax": "remax"}

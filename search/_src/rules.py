@@ -10,14 +10,14 @@ fits. The engine's tensor parallelism starts at the rule's value and doubles
 * ``verl``: veRL's hybrid engine: every role and the engines on all GPUs, FSDP
   (ZeRO-3) with gradient checkpointing, rollout
   ``tensor_model_parallel_size = 2`` and ``gpu_memory_utilization = 0.5``
-  (defaults of ``verl/trainer/config/rollout/rollout.yaml``; see the project's
-  reference/frameworks.md).
+  and ``max_num_seqs = 256`` (``export.ENGINE_DEFAULTS``, from veRL's trainer
+  config at the exporter's pin).
 * ``openrlhf``: OpenRLHF's disaggregated layout with equal GPUs per group:
   vLLM : actor (+ reference) : critic (+ reward) = 1:1:1 for PPO, vLLM :
   training = 1:1 without a critic; DeepSpeed ZeRO-3 with gradient
   checkpointing (its example scripts), ``vllm_tensor_parallel_size = 1`` and
-  ``vllm_gpu_memory_utilization = 0.95`` (defaults in
-  ``openrlhf/cli/train_ppo_ray.py``, OpenRLHF@021d1b0).
+  ``vllm_gpu_memory_utilization = 0.95`` (``export.ENGINE_DEFAULTS``, from
+  ``openrlhf/cli/train_ppo_ray.py`` at the exporter's pin).
 * ``areal``: AReaL's asynchronous recipe with 3/4 of the GPUs generating
   (allocation ``sglang.d48 + d16`` style), staleness 1 and interruptible
   (partial) rollouts.
@@ -39,6 +39,7 @@ import time
 import numpy as np
 
 import costmodel as cm
+import export
 from search._src import evaluate
 from search._src import frameworks as fw_lib
 from search._src import result as result_lib
@@ -206,15 +207,16 @@ def _not_held(name: str, description: str, family: str, job: cm.RLJob, cluster: 
 
 
 def _split_rule(name: str, description: str, family: str, job: cm.RLJob, cluster: cm.Cluster,
-                framework: str, shares, engine_tp: float, memory_fraction: float,
+                framework: str, shares, engine: export.EngineDefaults,
                 efficiency: cm.Efficiency | None) -> SearchResult:
   """A rule that splits the cluster into pools by ``shares(placement)`` (shares
-  by pool name, rounded to the space's pool sizes) with the engine's TP and
-  memory fraction fixed."""
+  by pool name, rounded to the space's pool sizes) with the engine's TP, memory
+  fraction and sequence cap fixed."""
   place, fs = _family(family, job, cluster, framework)
   if fs is None:
     return _not_held(name, description, place.name, job, cluster, framework)
-  rows = _rows(fs, _round_pools(fs, shares(place)), engine_tp, memory_fraction, _MAX_SEQS)
+  rows = _rows(fs, _round_pools(fs, shares(place)), engine.tp, engine.memory_fraction,
+               engine.max_seqs)
   return _pick(name, description, place.name, fs, rows, efficiency)
 
 
@@ -226,7 +228,9 @@ def verl_default(job: cm.RLJob, cluster: cm.Cluster,
   if fs is None:
     return _not_held("verl", "colocated, FSDP, rollout TP=2, memory 0.5", place.name, job,
                      cluster, framework)
-  rows = _rows(fs, {place.rollout_pool: float(cluster.n_gpus)}, 2.0, 0.5, _MAX_SEQS)
+  e = export.ENGINE_DEFAULTS["verl"]
+  rows = _rows(fs, {place.rollout_pool: float(cluster.n_gpus)}, e.tp, e.memory_fraction,
+               e.max_seqs)
   return _pick("verl", "colocated, FSDP, rollout TP=2, memory 0.5", place.name, fs, rows,
                efficiency)
 
@@ -241,7 +245,7 @@ def openrlhf_split(job: cm.RLJob, cluster: cm.Cluster,
   # Equal shares for the rollout pool and each pool of the other roles.
   return _split_rule("openrlhf", desc, "split3" if three else "split", job, cluster,
                      framework, lambda place: dict.fromkeys(place.pools, 1 / len(place.pools)),
-                     1.0, 0.95, efficiency)
+                     export.ENGINE_DEFAULTS["openrlhf"], efficiency)
 
 
 def areal_split(job: cm.RLJob, cluster: cm.Cluster,
@@ -251,7 +255,8 @@ def areal_split(job: cm.RLJob, cluster: cm.Cluster,
   return _split_rule("areal", "3/4 of GPUs generate, asynchronous (staleness 1, partial "
                      "rollouts)", "split_async_partial", job, cluster, framework,
                      lambda place: {place.rollout_pool: 0.75, place.pool_of("actor"): 0.25},
-                     1.0, 0.9, efficiency)
+                     export.EngineDefaults(tp=1.0, memory_fraction=0.9, max_seqs=_MAX_SEQS),
+                     efficiency)
 
 
 def kv_fit_split(job: cm.RLJob, cluster: cm.Cluster,
