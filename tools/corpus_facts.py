@@ -140,7 +140,8 @@ def _nemo_rl(path):
     v = c.get(f"{p}.dtensor_cfg.tensor_parallel_size")
     if v is not None:
       f["actor tp"] = _int(v)
-  v = c.get(f"{p}.generation.vllm_cfg.tensor_parallel_size")
+  v = (c.get(f"{p}.generation.sglang_cfg.tp_size") if c.get(f"{p}.generation.backend") == "sglang"
+       else c.get(f"{p}.generation.vllm_cfg.tensor_parallel_size"))
   if v is not None:
     f["engine tp"] = _int(v)
   lora = f"{p}.megatron_cfg.peft" if mega else f"{p}.dtensor_cfg.lora_cfg"
