@@ -34,8 +34,9 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir))
 sys.path.insert(0, os.path.dirname(__file__))
 
-import export  # noqa: E402
 import corpus_facts as facts_lib  # noqa: E402
+
+import export  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks", "results",
                    "framework_examples.md")
@@ -136,7 +137,9 @@ def main(argv=None) -> int:
            f"Written by `tools/corpus_check.py` on {datetime.date.today().isoformat()} at rlcost "
            f"{rlcost}: every RL example script and config each framework ships at the commit "
            "its exporter pins, imported with the file and `--response_mean` only "
-           f"({RESPONSE_MEAN} tokens; half the maximum response when that is shorter; the smallest mean the response bins allow when that is longer). *Facts lost* "
+           f""
+           f"({RESPONSE_MEAN} tokens; half the maximum response when that is shorter; the "
+           "smallest mean the response bins allow when that is longer). *Facts lost* "
            "counts imports whose GPU count, training backend, parallel degrees, LoRA rank or "
            "token budgets differ from what the file states.", "",
            "| framework | commit | RL examples | imported | refused | facts lost |",

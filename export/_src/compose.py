@@ -20,14 +20,14 @@ setting that reads one is refused naming the key and its text.
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any
+import warnings
 
-import yaml
 from omegaconf import DictConfig
 from omegaconf import ListConfig
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+import yaml
 
 # NeMo-RL's resolvers (nemo_rl/utils/config.py @7ea279a, register_omegaconf_resolvers).
 _RESOLVERS = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b, "div": lambda a, b: a / b,

@@ -29,7 +29,6 @@ from typing import Any
 import costmodel as cm
 from export._src import importing
 from export._src import shell
-from export._src.importing import choice
 from export._src.importing import number
 
 FW = "OpenRLHF"

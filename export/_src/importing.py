@@ -42,7 +42,7 @@ class Imported(_Run):
   not_modelled: tuple[str, ...] = ()
 
 
-def imported(job: cm.RLJob, plan: cm.Plan, cluster: cm.Cluster, settings: "Tracked",
+def imported(job: cm.RLJob, plan: cm.Plan, cluster: cm.Cluster, settings: Tracked,
              relevant: str, notes: tuple[str, ...] = ()) -> Imported:
   """The import, with the settings matching the regex ``relevant`` (those a cost could
   depend on) that no rule read, and ``notes``, as its ``not_modelled``."""

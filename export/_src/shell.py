@@ -38,10 +38,11 @@ import fnmatch
 import os
 import re
 
+from export._src import shell_lex
+
 _NAME = re.compile(r"[A-Za-z_]\w*")
 _ASSIGN = re.compile(r"([A-Za-z_]\w*)(\[[^\]]*\])?(\+?)=(.*)", re.S)
 _REDIRECT = re.compile(r"^(\d*|&)(>>?|<)(&\d*)?$|^(\d*|&)(>>?|<)(&\d*|.+)$")
-_OPS = ("&&", "||", ";;", ";", "|", "&", "\n")
 _SKIP = ("while", "until")
 _MAX_LOOP = 100_000  # iterations of one C-style for loop
 _BUILTIN_ASSIGN = ("export", "declare", "local", "readonly", "typeset")
@@ -60,151 +61,6 @@ class Script:
   variables: dict
   unresolved: set
   notes: list[str]
-
-
-def _span(text: str, i: int, open_: str, close: str) -> int:
-  """Index just past the ``close`` matching the ``open_`` at ``text[i]`` (quotes respected)."""
-  depth, j = 0, i
-  while j < len(text):
-    c = text[j]
-    if c == "\\":
-      j += 2
-      continue
-    if c == "#" and open_ == "(" and text[j - 1] in " \t\n(":
-      j = text.find("\n", j)
-      j = len(text) - 1 if j < 0 else j
-    elif c == "'":
-      j = text.find("'", j + 1)
-      if j < 0:
-        raise ValueError(f"shell: unterminated ' in {text[i:i + 60]!r}")
-    elif c == '"':
-      j = _dquote_end(text, j)
-    elif c == "$" and text[j + 1:j + 2] in ("(", "{"):
-      j = _span(text, j + 1, text[j + 1], ")" if text[j + 1] == "(" else "}") - 1
-    elif c == "`":
-      j = text.find("`", j + 1)
-    elif c == open_:
-      depth += 1
-    elif c == close:
-      depth -= 1
-      if depth == 0:
-        return j + 1
-    j += 1
-  raise ValueError(f"shell: unterminated {open_!r} in {text[i:i + 60]!r}")
-
-
-def _dquote_end(text: str, i: int) -> int:
-  """Index of the ``"`` closing the one at ``text[i]``."""
-  j = i + 1
-  while j < len(text):
-    c = text[j]
-    if c == "\\":
-      j += 2
-      continue
-    if c == "$" and text[j + 1:j + 2] in ("(", "{"):
-      j = _span(text, j + 1, text[j + 1], ")" if text[j + 1] == "(" else "}")
-      continue
-    if c == "`":
-      j = text.find("`", j + 1) + 1
-      continue
-    if c == '"':
-      return j
-    j += 1
-  raise ValueError(f"shell: unterminated \" in {text[i:i + 60]!r}")
-
-
-def tokens(text: str) -> list[tuple[str, str]]:
-  """``("w", raw word)`` and ``("op", operator)`` tokens of ``text``; quotes, ``$(...)``,
-  ``${...}`` and array values ``=( ... )`` stay inside their word, as written."""
-  out: list[tuple[str, str]] = []
-  word: list[str] = []
-  i, n = 0, len(text)
-
-  def end():
-    if word:
-      out.append(("w", "".join(word)))
-      word.clear()
-
-  while i < n:
-    c = text[i]
-    if c == "\\" and text[i + 1:i + 2] == "\n":
-      i += 2
-      continue
-    if c == "\\":
-      word.append(text[i:i + 2])
-      i += 2
-    elif c == "'":
-      j = text.find("'", i + 1)
-      if j < 0:
-        raise ValueError(f"shell: unterminated ' in {text[i:i + 60]!r}")
-      word.append(text[i:j + 1])
-      i = j + 1
-    elif c == '"':
-      j = _dquote_end(text, i)
-      word.append(text[i:j + 1])
-      i = j + 1
-    elif c == "`":
-      j = text.find("`", i + 1)
-      word.append(text[i:j + 1])
-      i = j + 1
-    elif c == "$" and text[i + 1:i + 2] in ("(", "{"):
-      j = _span(text, i + 1, text[i + 1], ")" if text[i + 1] == "(" else "}")
-      word.append(text[i:j])
-      i = j
-    elif c == "(" and word and "".join(word).endswith("="):
-      j = _span(text, i, "(", ")")
-      word.append(text[i:j])
-      i = j
-    elif c == "#" and not word:
-      i = text.find("\n", i)
-      i = n if i < 0 else i
-    elif c in " \t\r":
-      end()
-      i += 1
-    elif c in "<>" :
-      word.append(c)
-      i += 1
-    elif c == "&" and (text[i + 1:i + 2] == ">" or (word and word[-1] in "<>")):
-      word.append(c)
-      i += 1
-    elif c in ";|&\n":
-      end()
-      op = next(o for o in _OPS if text.startswith(o, i))
-      out.append(("op", op))
-      i += len(op)
-    elif c == "(" and text[i:i + 2] == "()" and word:
-      word.append("()")
-      i += 2
-    elif c in "()" and not word:
-      if text[i:i + 2] == "((":  # (( arithmetic )) command
-        j = _span(text, i, "(", ")")
-        out.append(("w", text[i:j]))
-        i = j
-        continue
-      out.append(("op", c))
-      i += 1
-    else:
-      word.append(c)
-      i += 1
-  end()
-  return out
-
-
-def simple_commands(toks: list[tuple[str, str]]) -> list[tuple[list[str], str]]:
-  """Tokens grouped as ``(raw words, operator after)``; grouping parentheses dropped."""
-  out, cur = [], []
-  for kind, v in toks:
-    if kind == "w":
-      cur.append(v)
-    elif v in "()":
-      continue
-    else:
-      if cur or v not in ("\n", ";"):
-        out.append((cur, v))
-      cur = []
-  if cur:
-    out.append((cur, "\n"))
-  return out
 
 
 class Shell:
@@ -370,16 +226,16 @@ class Shell:
       """Expands the ``$`` construct at ``text[i]``; returns the index after it."""
       nxt = text[i + 1:i + 2]
       if text.startswith("$((", i):
-        j = _span(text, i + 1, "(", ")")
+        j = shell_lex.span(text, i + 1, "(", ")")
         v = self.arith(text[i + 3:j - 2])
         put(str(v) if v is not None else Unknown(text[i:j]), True)
         return j
       if nxt == "(":
-        j = _span(text, i + 1, "(", ")")
+        j = shell_lex.span(text, i + 1, "(", ")")
         put(self.substitute(text[i + 2:j - 1]), quoted)
         return j
       if nxt == "{":
-        j = _span(text, i + 1, "{", "}")
+        j = shell_lex.span(text, i + 1, "{", "}")
         put(self.param(text[i + 2:j - 1]), quoted)
         return j
       m = re.match(r"[A-Za-z_]\w*|[@*#?$!0-9]", text[i + 1:])
@@ -397,7 +253,7 @@ class Shell:
         put(raw[i + 1:j], True)
         i = j + 1
       elif c == '"':
-        j = _dquote_end(raw, i)
+        j = shell_lex.dquote_end(raw, i)
         inner, k = raw[i + 1:j], 0
         has[0] = True
         buf = []
@@ -435,7 +291,8 @@ class Shell:
           j += 1
         put(raw[i:j], True)
         i = j
-    if re.fullmatch(r'"\$(@|\{(@|\w+\[@\])\})"', raw) and len(fields) == 1 and not "".join(fields[0]):
+    whole_array = re.fullmatch(r'"\$(@|\{(@|\w+\[@\])\})"', raw)
+    if whole_array and len(fields) == 1 and not "".join(fields[0]):
       return []  # "$@" and "${A[@]}" of nothing are no word
     words = ["".join(f) for f in fields if f or has[0]]
     if unknown[0]:
@@ -456,7 +313,7 @@ class Shell:
   # ----- running ---------------------------------------------------------------------------
 
   def run(self, text: str):
-    cmds = simple_commands(tokens(text))
+    cmds = shell_lex.simple_commands(shell_lex.tokens(text))
     self.block(cmds, 0, len(cmds))
 
   def block(self, cmds, i, stop):
@@ -517,7 +374,7 @@ class Shell:
 
   def run_if(self, cmds, i, stop) -> int:
     end = self.match(cmds, i, stop, "if")
-    branches, k, depth = [], i, 0  # (condition commands or None, body start, body end)
+    branches, depth = [], 0  # (condition commands or None, body start, body end)
     cond_start, body_start, is_else = i, None, False
     for j in range(i, end + 1):
       w = cmds[j][0]
@@ -644,7 +501,7 @@ class Shell:
   def condition(self, cw) -> bool | None:
     """``a && b || c`` of tests, left to right; None when undecided."""
     result, op = None, None
-    for k, (words, nxt) in enumerate(cw):
+    for words, nxt in cw:
       if not [w for w in words if w not in ("{", "}", "!")]:
         continue
       v = self.test(words)
@@ -768,7 +625,8 @@ class Shell:
     m = _ASSIGN.fullmatch(raw)
     name, index, plus, value = m.groups()
     if value.startswith("(") and value.endswith(")"):
-      items = [x for kind, w in tokens(value[1:-1]) if kind == "w" for x in self.expand(w)]
+      items = [x for kind, w in shell_lex.tokens(value[1:-1]) if kind == "w"
+               for x in self.expand(w)]
       old = self.vars.get(name, [])
       old = old if isinstance(old, list) else [old]
       self.vars[name] = old + items if plus else items
