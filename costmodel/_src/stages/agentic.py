@@ -26,6 +26,7 @@ bubble (the GPUs idle).
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from costmodel._src.ops import smooth
@@ -55,26 +56,28 @@ def turn_context(job: RLJob, t: int):
 
 
 def _turn(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: Cluster,
-          eff: Efficiency, tau, t: int, controller: bool = True) -> common.StageCost:
-  """One turn's generation with the turn's own prefill (the episodes go back
-  through the controller once, after the last turn)."""
+          eff: Efficiency, tau, t, controller: bool) -> common.StageCost:
+  """One turn's generation with the turn's own prefill; ``t`` may be traced
+  (the turns are one vmapped program). ``controller``: the episodes go back
+  through the controller after this turn (the last one)."""
   mt = job.multi_turn
   ctx = turn_context(job, t)
   job_t = job.replace(prompt_len=ctx, multi_turn=None)
   whole = engine.replace(prefix_caching=False)
   cost = gen_lib.generate(model, job_t, whole, pool_gpus, cluster, eff, tau,
-                          controller=controller and t == mt.turns - 1)
+                          controller=controller)
   n_r = job.generated_samples_per_step / (pool_gpus / (engine.tp * engine.pp))
   # generate() prefilled the whole context of every sample: take it out.
   old_pr, old_comm = gen_lib.prefill(model, job_t, whole, cluster, eff, n_r * ctx, ctx, tau)
-  if t == 0:
-    new = ctx / (job.samples_per_prompt if engine.prefix_caching else 1.0)
-    span = ctx  # causal prefill: mean keys = span / 2
-  elif mt.kv_reuse:
-    new = jnp.asarray(mt.observation_tokens, float)
-    span = 2.0 * ctx - new  # new tokens attend to ctx - obs / 2 keys on average
+  if mt.kv_reuse:
+    later = jnp.asarray(mt.observation_tokens, float)
+    later_span = 2.0 * ctx - later  # new tokens attend to ctx - obs / 2 keys on average
   else:
-    new, span = ctx, ctx
+    later, later_span = ctx, ctx
+  first = jnp.asarray(t) == 0  # turn 0 prefills the prompt; causal: mean keys = span / 2
+  new = jnp.where(first, ctx / (job.samples_per_prompt if engine.prefix_caching else 1.0),
+                  later)
+  span = jnp.where(first, ctx, later_span)
   pr, comm = gen_lib.prefill(model, job_t, whole, cluster, eff, n_r * new, span, tau)
   n_seq = job.generated_samples_per_step
   old_flops = n_seq * ctx * model.forward_flops_per_token(0.5 * ctx)
@@ -109,8 +112,16 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
   ``steady_time_s``, ``decode_s``, ``tail_share`` over all turns.
   """
   mt = job.multi_turn
-  turns = [_turn(model, job, engine, pool_gpus, cluster, eff, tau, t, controller)
-           for t in range(mt.turns)]
+  # One traced program for all turns but the last (vmapped over the turn
+  # index), and the last on its own (it alone goes through the controller):
+  # unrolling the turns would trace the generation model ``turns`` times.
+  last = _turn(model, job, engine, pool_gpus, cluster, eff, tau, mt.turns - 1, controller)
+  turns = [last]
+  if mt.turns > 1:
+    early = jax.vmap(lambda t: _turn(model, job, engine, pool_gpus, cluster, eff, tau, t,
+                                     False))(jnp.arange(mt.turns - 1))
+    turns = [jax.tree_util.tree_map(lambda x, i=i: x[i], early)
+             for i in range(mt.turns - 1)] + turns
 
   def total(f):
     return sum(getattr(c, f) for c in turns)
@@ -126,7 +137,6 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
     wait_s = stage_s - busy_s
   else:
     wait_s = calls * (mt.tool_latency_s_max + env_call_s(job, cluster, tau))
-  last = turns[-1]
   decode_s = sum(c.extras["decode_s"] for c in turns)
   tail = sum(c.extras["tail_share"] * c.extras["decode_s"] for c in turns)
   extras = dict(last.extras, tool_wait_s=wait_s, gpu_busy_s=busy_s,
