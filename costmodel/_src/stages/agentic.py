@@ -116,15 +116,18 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
   # index), and the last on its own (it alone goes through the controller):
   # unrolling the turns would trace the generation model ``turns`` times.
   last = _turn(model, job, engine, pool_gpus, cluster, eff, tau, mt.turns - 1, controller)
-  turns = [last]
+  early = None
   if mt.turns > 1:
     early = jax.vmap(lambda t: _turn(model, job, engine, pool_gpus, cluster, eff, tau, t,
                                      False))(jnp.arange(mt.turns - 1))
-    turns = [jax.tree_util.tree_map(lambda x, i=i: x[i], early)
-             for i in range(mt.turns - 1)] + turns
+
+  def over_turns(get):
+    """Sum over turns in turn order of ``get(cost)``."""
+    rows = get(early) if early is not None else ()
+    return sum(rows[i] for i in range(mt.turns - 1)) + get(last)
 
   def total(f):
-    return sum(getattr(c, f) for c in turns)
+    return over_turns(lambda c: getattr(c, f))
 
   busy_s = total("time_s")
   calls = float(mt.tool_calls)
@@ -137,12 +140,12 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
     wait_s = stage_s - busy_s
   else:
     wait_s = calls * (mt.tool_latency_s_max + env_call_s(job, cluster, tau))
-  decode_s = sum(c.extras["decode_s"] for c in turns)
-  tail = sum(c.extras["tail_share"] * c.extras["decode_s"] for c in turns)
+  decode_s = over_turns(lambda c: c.extras["decode_s"])
+  tail = over_turns(lambda c: c.extras["tail_share"] * c.extras["decode_s"])
   extras = dict(last.extras, tool_wait_s=wait_s, gpu_busy_s=busy_s,
-                turn_prefill_s=sum(c.extras["prefill_s"] for c in turns), decode_s=decode_s,
+                turn_prefill_s=over_turns(lambda c: c.extras["prefill_s"]), decode_s=decode_s,
                 tail_share=tail / jnp.maximum(decode_s, 1e-9),
-                steady_time_s=sum(c.extras["steady_time_s"] for c in turns) + wait_s)
+                steady_time_s=over_turns(lambda c: c.extras["steady_time_s"]) + wait_s)
   return common.make_cost(total("compute_s"), total("memory_s"), total("comm_s"),
                           total("bubble_s") + wait_s, total("overhead_s"), total("work_gpu_s"),
                           total("depth_s") + calls * mt.tool_latency_s_max, total("flops"),
