@@ -126,3 +126,32 @@ def test_multi_turn_estimate_differentiates():
   plan = _plan(job)
   g = jax.grad(lambda p: cm.estimate(job, p, CLUSTER, tau=0.05).step_time_s)(plan)
   assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree_util.tree_leaves(g))
+
+
+def test_turns_sum_one_turn_at_a_time():
+  # The turns are traced as one vmapped program; the stage equals the sum of
+  # each turn computed on its own with its concrete index.
+  job = _job(NO_TOOLS)
+  plan = _plan(job)
+  gpus = {p.name: float(p.gpus) for p in plan.pools}
+  args = (job.actor, job, plan.engine, gpus["all"], CLUSTER, cm.Efficiency(), 0.0)
+  whole = agentic.generate(*args)
+  turns = [agentic._turn(*args, t, t == 3) for t in range(4)]
+  for f in ("compute_s", "memory_s", "comm_s", "work_gpu_s", "flops"):
+    assert float(getattr(whole, f)) == pytest.approx(sum(float(getattr(c, f)) for c in turns),
+                                                     rel=1e-6)
+  assert float(whole.extras["turn_prefill_s"]) == pytest.approx(
+      sum(float(c.extras["prefill_s"]) for c in turns), rel=1e-6)
+
+
+def test_traced_program_does_not_grow_with_turns():
+  # One turn's generation model is thousands of jaxpr equations; the turns
+  # share one traced program, so 26 more turns add only their sums.
+  def eqns(mt):
+    job = _job(mt)
+    return len(jax.make_jaxpr(lambda p: cm.estimate(job, p, CLUSTER).step_time_s)(
+        _plan(job)).jaxpr.eqns)
+
+  single, four, thirty = eqns(None), eqns(NO_TOOLS), eqns(NO_TOOLS.replace(turns=30))
+  assert thirty - four < 0.5 * single
+  assert thirty < 3 * single
