@@ -61,8 +61,8 @@ from search._src.space_options import POOL
 from search._src.space_options import ROLLOUT_PRECISIONS
 from search._src.space_options import SpaceOptions
 from search._src.space_options import Var
-from search._src.space_options import _powers_of_two
-from search._src.space_options import _tp_options
+from search._src.space_options import powers_of_two
+from search._src.space_options import tp_options
 from search._src.space_options import default_families
 from search._src.space_options import has_fp8
 from search._src.space_options import pool_sizes
@@ -249,12 +249,12 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
       continue
     model = {"actor": job.actor, "critic": job.critic, "reward": job.reward_model}[role]
     tp_hi = min(opts.max_tp or domain, n)
-    vars_.append(Var(f"{role}.tp", LOG2, f64(_tp_options(model, tp_hi))))
-    pps = _powers_of_two(min(opts.max_pp, model.n_layers, n))
+    vars_.append(Var(f"{role}.tp", LOG2, f64(tp_options(model, tp_hi))))
+    pps = powers_of_two(min(opts.max_pp, model.n_layers, n))
     vars_.append(Var(f"{role}.pp", LOG2, f64(pps)))
-    vars_.append(Var(f"{role}.cp", LOG2, f64(_powers_of_two(min(opts.max_cp, n)))))
+    vars_.append(Var(f"{role}.cp", LOG2, f64(powers_of_two(min(opts.max_cp, n)))))
     if model.is_moe:
-      e = np.asarray(_powers_of_two(min(opts.max_ep, model.n_experts, n)), dtype=np.float64)
+      e = np.asarray(powers_of_two(min(opts.max_ep, model.n_experts, n)), dtype=np.float64)
       eps = e[cm.rule_mask("layout", cm.layout_fields(model, e, 1.0, 1.0, 1.0, e),
                            only=("ep_divides_experts",))]
     else:
@@ -276,11 +276,11 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
       vars_.append(Var("reference.offload", CAT, f64(opts.offload)))
   actor = job.actor
   etp_hi = min(opts.engine_max_tp or domain, n)
-  etp = np.asarray(_powers_of_two(etp_hi), dtype=np.float64)
+  etp = np.asarray(powers_of_two(etp_hi), dtype=np.float64)
   etp = etp[cm.rule_mask("engine", cm.engine_fields(actor, etp, etp, 1.0, 1.0),
                          only=("engine_tp_divides_heads",))]
   vars_.append(Var("engine.tp", LOG2, f64(etp)))
-  vars_.append(Var("engine.pp", LOG2, f64(_powers_of_two(min(opts.engine_max_pp,
+  vars_.append(Var("engine.pp", LOG2, f64(powers_of_two(min(opts.engine_max_pp,
                                                              actor.n_layers, n)))))
   vars_.append(Var("engine.ep", CAT, f64(opts.engine_ep if actor.is_moe else (0,))))
   if actor.is_mla and len(opts.engine_dp_attention) > 1:

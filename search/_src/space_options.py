@@ -39,7 +39,7 @@ def has_fp8(hw: cm.Hardware) -> bool:
   return float(hw.peak_fp8_flops_per_s) > float(hw.peak_flops_per_s)
 
 
-def _powers_of_two(hi: float) -> tuple[int, ...]:
+def powers_of_two(hi: float) -> tuple[int, ...]:
   out, v = [], 1
   while v <= hi:
     out.append(v)
@@ -180,21 +180,21 @@ def training_pool_sizes(sizes: np.ndarray, mini_batch_samples: float, max_model:
   """The sizes of ``sizes`` whose data-parallel degree can divide the mini-batch:
   ``size = dp x m`` with ``m`` a power of two up to ``max_model`` (the model
   parallel degrees tp x pp x cp) and ``dp`` dividing ``mini_batch_samples``."""
-  m = np.asarray(_powers_of_two(max(max_model, 1)), np.float64)
+  m = np.asarray(powers_of_two(max(max_model, 1)), np.float64)
   dp = sizes[:, None] / m[None]
   ok = (dp == np.round(dp)) & (dp >= 1) & (np.mod(mini_batch_samples, np.maximum(dp, 1)) == 0)
   return sizes[ok.any(-1)]
 
 
-def _tp_options(model: cm.ModelSpec, hi: int) -> list[int]:
+def tp_options(model: cm.ModelSpec, hi: int) -> list[int]:
   """Powers of two up to ``hi`` that pass the rule table's head rules."""
-  t = np.asarray(_powers_of_two(hi), dtype=np.float64)
+  t = np.asarray(powers_of_two(hi), dtype=np.float64)
   ok = cm.rule_mask("layout", cm.layout_fields(model, t, t, 1.0, 1.0, 1.0),
                     only=("tp_divides_heads", "tp_kv_heads"))
   return [int(x) for x in t[ok]]
 
 
-def _nearest_option(x: np.ndarray, var: Var) -> np.ndarray:
+def nearest_option(x: np.ndarray, var: Var) -> np.ndarray:
   opts = var.options
   if var.kind in (LOG2, POOL):
     d = np.abs(np.log2(np.maximum(x, 1e-9))[..., None] - np.log2(opts))
@@ -203,7 +203,7 @@ def _nearest_option(x: np.ndarray, var: Var) -> np.ndarray:
   return opts[np.argmin(d, -1)]
 
 
-def _cover(need: np.ndarray, options: np.ndarray) -> np.ndarray:
+def cover(need: np.ndarray, options: np.ndarray) -> np.ndarray:
   """The smallest option >= ``need`` (the largest option when none is)."""
   k = np.searchsorted(options, np.asarray(need) - 1e-9)
   return options[np.minimum(k, len(options) - 1)]

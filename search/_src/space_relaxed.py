@@ -12,7 +12,7 @@ from search._src.space_options import CAT
 from search._src.space_options import FRAC
 from search._src.space_options import LOG2
 from search._src.space_options import POOL
-from search._src.space_options import _nearest_option
+from search._src.space_options import nearest_option
 
 
 class FamilyRelaxed:
@@ -92,7 +92,7 @@ class FamilyRelaxed:
     """Each value rounded to its nearest option (log scale for degrees)."""
     out = np.empty_like(values, dtype=np.float64)
     for j, var in enumerate(self.vars):
-      out[..., j] = _nearest_option(values[..., j], var)
+      out[..., j] = nearest_option(values[..., j], var)
     return out
 
   def bracket(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

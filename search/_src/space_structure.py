@@ -199,7 +199,7 @@ def _role_model(job: cm.RLJob, role: str) -> cm.ModelSpec:
   return {"actor": job.actor, "critic": job.critic, "reward": job.reward_model}[role]
 
 
-def _role_layout_fields(structure: Structure, job: cm.RLJob, role: str, get, gpus, xp,
+def role_layout_fields(structure: Structure, job: cm.RLJob, role: str, get, gpus, xp,
                         phase: str | None = None) -> dict:
   """The rule table's ``layout`` fields of ``role`` (``get(name)``: a column of
   values, numpy or jax); a trained role carries its batch (the batch rules).
@@ -265,7 +265,7 @@ def layout_violation(structure: Structure, v: jax.Array, job: cm.RLJob,
     if role not in structure.roles:
       continue
     gpus = get(f"pool.{structure.placement.pool_of(role)}")
-    fields = _role_layout_fields(structure, job, role, get, gpus, jnp)
+    fields = role_layout_fields(structure, job, role, get, gpus, jnp)
     total = total + cm.rule_penalty("layout", fields, tau, structure.rule_sets, xp=jnp)
   rollout = structure.placement.rollout_pool
   etp = get("engine.tp")

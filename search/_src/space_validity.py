@@ -12,8 +12,8 @@ import costmodel as cm
 from search._src import result as result_lib
 from search._src.space_options import _LAYOUT_ROLES
 from search._src.space_options import _TRAINED
-from search._src.space_options import _cover
-from search._src.space_structure import _role_layout_fields
+from search._src.space_options import cover
+from search._src.space_structure import role_layout_fields
 
 
 class Outer:
@@ -199,7 +199,7 @@ class FamilyValidity:
     for role in self.structure.roles:
       src = "actor" if role == "reference" else role  # the reference runs the actor's
       for phase in (("train", "infer") if role in _TRAINED else ("infer",)):
-        fields = _role_layout_fields(self.structure, self.job, src, col,
+        fields = role_layout_fields(self.structure, self.job, src, col,
                                      self.pool_of(values, role), np, phase)
         ok &= cm.rule_mask("layout", fields)
     return ok & cm.rule_mask("engine", self._engine_fields(values))
@@ -210,7 +210,7 @@ class FamilyValidity:
 
   def _layout_fields(self, values: np.ndarray, role: str) -> dict:
     """The rule table's ``layout`` fields of ``role`` over rows of values."""
-    return _role_layout_fields(self.structure, self.job, role, lambda n: self.col(values, n),
+    return role_layout_fields(self.structure, self.job, role, lambda n: self.col(values, n),
                                self.pool_of(values, role), np)
 
   def _engine_fields(self, values: np.ndarray) -> dict:
@@ -321,7 +321,7 @@ class FamilyValidity:
       for mb_name in mb_names:
         batch = samples / self.job.mini_batches if mb_name == "mb_train" else samples
         j = idx(f"{role}.{mb_name}")
-        v[..., j] = np.minimum(v[..., j], _cover(batch / dp, self.vars[j].options))
+        v[..., j] = np.minimum(v[..., j], cover(batch / dp, self.vars[j].options))
     g = self.col(v, f"pool.{self.rollout_pool}")
     for _ in range(16):
       bad = self._violated("engine", self._engine_fields(v), "engine_divides_pool")
@@ -335,5 +335,5 @@ class FamilyValidity:
     n_r = float(self.job.generated_samples_per_step) / (
         g / (v[..., idx("engine.tp")] * v[..., idx("engine.pp")]))
     j = idx("engine.max_seqs")
-    v[..., j] = np.minimum(v[..., j], _cover(n_r, self.vars[j].options))
+    v[..., j] = np.minimum(v[..., j], cover(n_r, self.vars[j].options))
     return v

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from costmodel._src.plot.axes import _new_axes
-from costmodel._src.plot.axes import _palette
-from costmodel._src.plot.axes import _positive_1d
+from costmodel._src.plot.axes import new_axes
+from costmodel._src.plot.axes import palette_colors
+from costmodel._src.plot.axes import positive_1d
 from costmodel._src.specs.hardware import Hardware
 from costmodel._src.units import TERA
 
@@ -59,14 +59,14 @@ def roofline(hardware: Hardware, points=(), ax=None):
   ridge = peak / bw
   xs = [ridge / 1e2, ridge * 30] + [p[1] for p in pts]
   lo, hi = 10 ** np.floor(np.log10(min(xs))), 10 ** np.ceil(np.log10(max(xs)))
-  fig, ax = _new_axes(ax, (7, 5))
+  fig, ax = new_axes(ax, (7, 5))
   for p_s, b_s, style, label in ((peak, bw, "--", "peak"),
                                  (peak_eff, bw_eff, "-", "best measured efficiency")):
     r = p_s / b_s
     x = np.array([lo, r, hi])
     ax.plot(x, np.minimum(p_s, x * b_s) / TERA, style, color="black", linewidth=1.5,
             label=f"{label}: {p_s / TERA:,.0f} TFLOP/s, {b_s / 1e9:,.0f} GB/s")
-  colors = _palette(max(len(pts), 1))
+  colors = palette_colors(max(len(pts), 1))
   for k, (label, i_fb, rate) in enumerate(pts):
     ax.scatter([i_fb], [rate / TERA], color=colors[k], s=40, zorder=3, label=label)
     # Labels of points within 0.1 decade of each other stack downwards.
@@ -118,8 +118,8 @@ def search_trajectory(history: Mapping, optima: Mapping | None = None, ax=None):
   for label, v in optima.items():
     if not np.isfinite(float(v)):
       raise ValueError(f"optima[{label!r}]={v!r} must be finite")
-  fig, ax = _new_axes(ax, (8, 4.5))
-  colors = _palette(len(series))
+  fig, ax = new_axes(ax, (8, 4.5))
+  colors = palette_colors(len(series))
   for k, (family, a) in enumerate(series.items()):
     ax.plot(np.arange(a.size), a, color=colors[k], linewidth=1.5,
             label=f"{family} (best {np.nanmin(a):.2f} s)")
@@ -161,8 +161,8 @@ def error_plot(predicted, published, labels=None, groups=None, ax=None,
     ValueError: naming the argument for mismatched lengths or values that
       are not finite and positive.
   """
-  pred = _positive_1d("predicted", predicted)
-  pub = _positive_1d("published", published)
+  pred = positive_1d("predicted", predicted)
+  pub = positive_1d("published", published)
   if pred.size != pub.size:
     raise ValueError(f"predicted has {pred.size} values but published has {pub.size}; "
                      "they must match")
@@ -171,7 +171,7 @@ def error_plot(predicted, published, labels=None, groups=None, ax=None,
       raise ValueError(f"{name} has {len(seq)} entries but predicted has {pred.size}; "
                        "they must match")
   groups = list(groups) if groups is not None else [""] * pred.size
-  fig, ax = _new_axes(ax, (6, 6))
+  fig, ax = new_axes(ax, (6, 6))
   lo = min(pred.min(), pub.min()) / 1.5
   hi = max(pred.max(), pub.max()) * 1.5
   x = np.geomspace(lo, hi, 50)
@@ -180,7 +180,7 @@ def error_plot(predicted, published, labels=None, groups=None, ax=None,
                     linewidth=0, label=f"\u00b1{band:.0%}")
   ax.plot(x, x, color="black", linewidth=1.0, label="y = x")
   names = list(dict.fromkeys(groups))
-  colors = _palette(len(names))
+  colors = palette_colors(len(names))
   for k, g in enumerate(names):
     sel = np.array([gg == g for gg in groups])
     ax.scatter(pub[sel], pred[sel], color=colors[k], s=30, zorder=3,
@@ -224,7 +224,7 @@ def scaling(gpus, step_times, ax=None, labels=None, ideal: bool = True):
       ``gpus``, a ``labels`` of the wrong length, or values that are not
       finite and positive.
   """
-  x = _positive_1d("gpus", gpus)
+  x = positive_1d("gpus", gpus)
   if isinstance(step_times, Mapping):
     labels = list(step_times) if labels is None else labels
     step_times = list(step_times.values())
@@ -234,15 +234,15 @@ def scaling(gpus, step_times, ax=None, labels=None, ideal: bool = True):
   series = [step_times] if np.ndim(step_times[0]) == 0 else list(step_times)
   ys = []
   for k, s in enumerate(series):
-    y = _positive_1d(f"step_times[{k}]", s)
+    y = positive_1d(f"step_times[{k}]", s)
     if y.size != x.size:
       raise ValueError(f"step_times[{k}] has {y.size} values but gpus has {x.size}; "
                        "they must match")
     ys.append(y)
   if labels is not None and len(labels) != len(ys):
     raise ValueError(f"labels has {len(labels)} entries for {len(ys)} series; they must match")
-  fig, ax = _new_axes(ax, (7, 4.5))
-  colors = _palette(len(ys))
+  fig, ax = new_axes(ax, (7, 4.5))
+  colors = palette_colors(len(ys))
   for k, y in enumerate(ys):
     ax.plot(x, y, "o-", color=colors[k], linewidth=1.5, markersize=4,
             label=str(labels[k]) if labels is not None else None)

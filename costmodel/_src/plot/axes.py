@@ -14,7 +14,7 @@ from costmodel._src.step.result import Estimate
 _STAGE_ORDER = algorithms.STAGE_NAMES
 
 
-def _new_axes(ax, figsize):
+def new_axes(ax, figsize):
   """``(figure, axes)``: ``ax``'s figure, or a new pyplot-free figure."""
   if ax is not None:
     return ax.figure, ax
@@ -23,19 +23,19 @@ def _new_axes(ax, figsize):
   return fig, fig.add_subplot()
 
 
-def _palette(n: int, name: str = "tab10") -> list:
+def palette_colors(n: int, name: str = "tab10") -> list:
   import matplotlib  # pylint: disable=g-import-not-at-top
   cmap = matplotlib.colormaps[name]
   return [cmap(i % cmap.N) for i in range(n)]
 
 
-def _stage_colors(names: Sequence[str]) -> dict:
+def stage_colors(names: Sequence[str]) -> dict:
   known = list(_STAGE_ORDER) + [n for n in names if n not in _STAGE_ORDER]
-  colors = _palette(len(known))
+  colors = palette_colors(len(known))
   return {n: colors[known.index(n)] for n in names}
 
 
-def _check_estimate(estimate) -> None:
+def check_estimate(estimate) -> None:
   if not isinstance(estimate, Estimate):
     raise ValueError(f"estimate={type(estimate).__name__} must be a costmodel.Estimate")
   if np.ndim(np.asarray(estimate.start_s)) != 1:
@@ -43,7 +43,7 @@ def _check_estimate(estimate) -> None:
                      "a single (unbatched, concrete) Estimate with one value per stage")
 
 
-def _positive_1d(name: str, values) -> np.ndarray:
+def positive_1d(name: str, values) -> np.ndarray:
   a = np.asarray(values, dtype=float)
   if a.ndim != 1 or a.size == 0:
     raise ValueError(f"{name} has shape {a.shape}; it must be a non-empty 1-D sequence")
@@ -52,12 +52,12 @@ def _positive_1d(name: str, values) -> np.ndarray:
   return a
 
 
-def _legend_outside(ax) -> None:
+def legend_outside(ax) -> None:
   """The legend to the right of the axes, outside them."""
   ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
 
 
-def _finish_rows(ax, ticks, labels, x_max: float, xlabel: str, title: str) -> None:
+def finish_rows(ax, ticks, labels, x_max: float, xlabel: str, title: str) -> None:
   """Finishes a chart of horizontal rows read top down: row labels, the x range
   ``[0, x_max]``, axis label, title, the legend outside and a vertical grid."""
   ax.set_yticks(ticks)
@@ -66,5 +66,5 @@ def _finish_rows(ax, ticks, labels, x_max: float, xlabel: str, title: str) -> No
   ax.set_xlim(0, x_max)
   ax.set_xlabel(xlabel)
   ax.set_title(title)
-  _legend_outside(ax)
+  legend_outside(ax)
   ax.grid(axis="x", alpha=0.3)

@@ -7,12 +7,12 @@ import functools
 
 import numpy as np
 
-from costmodel._src.plot.axes import _check_estimate
-from costmodel._src.plot.axes import _finish_rows
-from costmodel._src.plot.axes import _legend_outside
-from costmodel._src.plot.axes import _new_axes
-from costmodel._src.plot.axes import _palette
-from costmodel._src.plot.axes import _stage_colors
+from costmodel._src.plot.axes import check_estimate
+from costmodel._src.plot.axes import finish_rows
+from costmodel._src.plot.axes import legend_outside
+from costmodel._src.plot.axes import new_axes
+from costmodel._src.plot.axes import palette_colors
+from costmodel._src.plot.axes import stage_colors
 from costmodel._src.step import algorithms
 from costmodel._src.step.result import MEMORY_PARTS
 from costmodel._src.step.result import PARTS
@@ -36,12 +36,12 @@ _FIGURE_DOC = """
 
 def _figure_of_estimate(draw):
   """A figure of one estimate: ``draw(estimate, ax)`` runs on a checked
-  estimate (:func:`_check_estimate`), and its docstring gains the arguments,
+  estimate (:func:`check_estimate`), and its docstring gains the arguments,
   return value and errors every such figure shares."""
 
   @functools.wraps(draw)
   def figure(estimate: Estimate, ax=None):
-    _check_estimate(estimate)
+    check_estimate(estimate)
     return draw(estimate, ax)
 
   figure.__doc__ = draw.__doc__.rstrip() + "\n" + _FIGURE_DOC
@@ -67,8 +67,8 @@ def timeline(estimate: Estimate, ax=None):
   cpu = algorithms.CPU_POOL
   rows = list(estimate.pool_names) + ([cpu] if cpu in pools else [])
   gpus = dict(zip(estimate.pool_names, np.asarray(estimate.pool_gpus, float), strict=True))
-  colors = _stage_colors(names)
-  fig, ax = _new_axes(ax, (10, 1.2 + 0.7 * len(rows)))
+  colors = stage_colors(names)
+  fig, ax = new_axes(ax, (10, 1.2 + 0.7 * len(rows)))
   span = max(step, float(end.max()), 1e-9)
   for i, name in enumerate(names):
     y = rows.index(pools[i])
@@ -89,7 +89,7 @@ def timeline(estimate: Estimate, ax=None):
               color=colors[sync], edgecolor="black", linewidth=0.5, hatch="//",
               alpha=0.6)
   ax.axvline(step, color="black", linestyle="--", linewidth=1.2, label=f"step {step:.1f} s")
-  _finish_rows(ax, range(len(rows)),
+  finish_rows(ax, range(len(rows)),
                [f"{r} ({gpus[r]:.0f} GPUs)" if r in gpus else r for r in rows], 1.03 * span,
                "time within the step (s)", f"{estimate.mode}: step {step:.2f} s")
   ax.set_ylim(len(rows) - 0.5, -0.5)
@@ -111,7 +111,7 @@ def memory(estimate: Estimate, ax=None):
   mem = np.asarray(estimate.memory_bytes, float)[idx] / GIB
   limit = np.asarray(estimate.memory_limit_bytes, float)[idx] / GIB
   over = mem.sum(-1) > limit * (1 + 1e-6)
-  fig, ax = _new_axes(ax, (max(6.0, 1.1 * len(idx) + 2.5), 4.5))
+  fig, ax = new_axes(ax, (max(6.0, 1.1 * len(idx) + 2.5), 4.5))
   x = np.arange(len(idx))
   bottom = _stacked_bars(ax, x, mem, MEMORY_PARTS, "Set2", horizontal=False)
   if over.any():
@@ -131,7 +131,7 @@ def memory(estimate: Estimate, ax=None):
   ax.set_ylabel("memory per GPU (GiB)")
   status = "fits" if not over.any() else f"{int(over.sum())} stage(s) do not fit"
   ax.set_title(f"memory per GPU by stage: {status}")
-  _legend_outside(ax)
+  legend_outside(ax)
   ax.grid(axis="y", alpha=0.3)
   return fig
 
@@ -146,13 +146,13 @@ def stage_breakdown(estimate: Estimate, ax=None):
   """
   parts = np.asarray(estimate.time_parts_s, float)
   names = estimate.stage_names
-  fig, ax = _new_axes(ax, (9, 1.0 + 0.45 * len(names)))
+  fig, ax = new_axes(ax, (9, 1.0 + 0.45 * len(names)))
   y = np.arange(len(names))
   left = _stacked_bars(ax, y, parts, PARTS, "Set1", horizontal=True)
   span = max(float(left.max()), 1e-9)
   for k in range(len(names)):
     ax.text(left[k] + 0.01 * span, y[k], f"{left[k]:.1f} s", va="center", fontsize=8)
-  _finish_rows(ax, y, [f"{n} ({p})" for n, p in zip(names, estimate.stage_pools, strict=True)],
+  finish_rows(ax, y, [f"{n} ({p})" for n, p in zip(names, estimate.stage_pools, strict=True)],
                1.12 * span, "stage time (s)",
                f"time by stage and bound: step {float(estimate.step_time_s):.2f} s")
   return fig
@@ -163,7 +163,7 @@ def _stacked_bars(ax, pos, values: np.ndarray, labels, palette: str, horizontal:
   """Draws ``values`` [bars, parts] as bars of stacked parts at ``pos`` (one
   colour and legend label per part); returns each bar's total."""
   total = np.zeros(len(pos))
-  for j, (label, color) in enumerate(zip(labels, _palette(len(labels), palette), strict=True)):
+  for j, (label, color) in enumerate(zip(labels, palette_colors(len(labels), palette), strict=True)):
     if horizontal:
       ax.barh(pos, values[:, j], 0.7, left=total, color=color, label=label, edgecolor="white",
               linewidth=0.5)

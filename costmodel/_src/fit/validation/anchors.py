@@ -21,7 +21,7 @@ from costmodel._src.step.estimate import estimate
 VERL_STAGES = algorithms.verl_log_stages(colocated=True, times_weight_sync=False)
 
 
-def _sum_stages(est, names) -> jnp.ndarray:
+def sum_stages(est, names) -> jnp.ndarray:
   total = jnp.zeros(())
   parts = est.time_parts_s.sum(-1)
   for n in names:
@@ -36,7 +36,7 @@ def _sum_stages(est, names) -> jnp.ndarray:
 @functools.partial(jax.jit, static_argnames=("names",),
                    compiler_options=xla_options.FAST_COMPILE)
 def _stages_s(job, plan, cluster, names: tuple[str, ...]) -> jnp.ndarray:
-  return _sum_stages(estimate(job, plan, cluster, Efficiency()), names)
+  return sum_stages(estimate(job, plan, cluster, Efficiency()), names)
 
 
 def _anchor_stage(run: Run, stage: str) -> float:

@@ -13,7 +13,7 @@ import os
 
 from costmodel._src.fit import measurements
 from costmodel._src.fit.validation.cases import Case
-from costmodel._src.fit.validation.rl_cases import _sum_stages
+from costmodel._src.fit.validation.rl_cases import sum_stages
 from costmodel._src.fit.validation.rl_cases import shared_estimate
 from costmodel._src.ops.efficiency import Efficiency
 from costmodel._src.specs.cluster import Cluster
@@ -50,7 +50,7 @@ def verl_log_cases(log: str | os.PathLike | Sequence[measurements.StageTimes], j
       names = mapping[stage]
 
       def fn(eff: Efficiency, names=names):
-        return _sum_stages(shared_estimate(job, plan, cluster, eff), names)
+        return sum_stages(shared_estimate(job, plan, cluster, eff), names)
 
       cases.append(Case("log", "rl_stage", stage, value, "s", fn))
   if not cases:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from costmodel._src.fit.validation import rl_cases
 from costmodel._src.fit.validation.anchors import VERL_STAGES
-from costmodel._src.fit.validation.anchors import _sum_stages
+from costmodel._src.fit.validation.anchors import sum_stages
 from costmodel._src.fit.validation.cases import Case
 from costmodel._src.ops.efficiency import Efficiency
 
@@ -33,7 +33,7 @@ def rest_case(run: rl_cases.Run) -> Case | None:
 
   def predict(eff: Efficiency, run=run, names=names):
     est = rl_cases.shared_estimate(run.job, run.plan, run.cluster, eff)
-    return est.step_time_s - _sum_stages(est, names)
+    return est.step_time_s - sum_stages(est, names)
 
   return Case(run.row_ids[0], "rl_rest", f"{run.label}: rest", published, "s", predict,
               "step less gen, old_log_prob and update_actor, as published and as predicted")

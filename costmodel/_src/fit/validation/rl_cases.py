@@ -42,7 +42,7 @@ from costmodel._src.specs.plan import Plan
 from costmodel._src.specs.plan import Pool
 from costmodel._src.specs.plan import RolePlan
 from costmodel._src.fit.validation.anchors import VERL_STAGES
-from costmodel._src.fit.validation.anchors import _sum_stages
+from costmodel._src.fit.validation.anchors import sum_stages
 from costmodel._src.fit.validation.anchors import infer_mean_response
 from costmodel._src.step.estimate import estimate
 
@@ -331,7 +331,7 @@ def run_cases(run: Run) -> list[Case]:
     names = VERL_STAGES[stage]
 
     def stage_fn(eff: Efficiency, run=run, names=names):
-      return _sum_stages(shared_estimate(run.job, run.plan, run.cluster, eff), names)
+      return sum_stages(shared_estimate(run.job, run.plan, run.cluster, eff), names)
 
     cases.append(Case(run.row_ids[0], "rl_stage", f"{run.label}: {stage}", value, "s",
                       stage_fn, run.note))
