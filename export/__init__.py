@@ -16,8 +16,10 @@ cannot bound) raises ``ValueError`` naming the setting and why.
 ``Parallel.offload`` (the CPU optimizer) and ``Parallel.swap`` (a role's state
 moved to the host between its stages) map to each framework's own keys, and
 ``Exporter.adapt(plan)`` is the plan as that framework runs it (its weight
-sync, where it keeps each role's state), which a searched plan needs before it
-exports.
+sync, where it keeps each role's state); ``Exporter.export`` applies it, and
+``export.adapt(framework, job, plan, cluster)`` returns the adapted plan with one
+line per setting it changed and the framework code that forces it. What a
+framework cannot run at all stays a refusal.
 
 Imports read the run a user already has (veRL overrides, a launch script or
 YAML; an OpenRLHF command line; a NeMo-RL YAML; a slime command line; an AReaL
@@ -31,6 +33,7 @@ Plan files read back: ``export.read_plan(path).plan`` is the plan that
 ``export.write_plan(path, plan)`` wrote (with its job and cluster if given).
 """
 
+from export._src.adapting import adapt
 from export._src.areal import to_areal
 from export._src.defaults import ENGINE_DEFAULTS
 from export._src.defaults import EngineDefaults
@@ -61,6 +64,7 @@ from export._src.verl import to_verl
 from export._src.verl import verl_command
 
 __all__ = (
+    "adapt",
     "ENGINE_DEFAULTS",
     "EngineDefaults",
     "FRAMEWORKS",

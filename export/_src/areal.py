@@ -249,4 +249,12 @@ def as_run(plan: cm.Plan, **_) -> cm.Plan:
 
 
 EXPORTER = Exporter(name="areal", framework="AReaL", version=VERSION, to_config=to_areal,
-                    render_settings=to_yaml, kind="yaml", adapt=as_run)
+                    render_settings=to_yaml, kind="yaml", adapt=as_run,
+                    forces={
+                        "engine.sync_backend": "weight_update_mode xccl, NCCL buckets",
+                        "actor.swap": "rl_trainer.py _should_offload_actor offloads a "
+                        "colocated actor while SGLang generates",
+                        "reference.swap": "ref.offload moves the reference's weights to the "
+                        "host between uses",
+                        "reference.offload": "the ref engine has no parameters streamed from "
+                        "the host (ref.offload moves them between uses)"})

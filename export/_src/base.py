@@ -9,6 +9,7 @@ by a comment naming the framework version the keys were checked against.
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Mapping
 import dataclasses
 from typing import Any
 
@@ -46,6 +47,9 @@ class Exporter:
       framework fixes for its placement and has no key for (its weight sync,
       where it keeps a role's state between stages), so that a plan searched
       without them exports; the estimate of the adapted plan is the run's.
+    forces: ``{setting: source}`` for each setting ``adapt`` may change
+      (``"engine.sync_backend"``, ``"<role>.<field>"``): the framework code that
+      forces it, which :func:`export.adapt` names on each change line.
   """
 
   name: str
@@ -55,6 +59,7 @@ class Exporter:
   render_settings: Callable[[Any], str]
   kind: str
   adapt: Callable[..., cm.Plan] = lambda plan, **options: plan
+  forces: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
   def header(self) -> str:
     """The comment line that states the framework version an export targets."""
@@ -65,5 +70,6 @@ class Exporter:
     return f"{self.header()}\n{self.render_settings(settings).rstrip()}\n"
 
   def export(self, plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster, **options: Any) -> str:
-    """``render(to_config(plan, job, cluster, **options))``."""
-    return self.render(self.to_config(plan, job, cluster, **options))
+    """``render(to_config(adapt(plan, **options), job, cluster, **options))``: the plan as the
+    framework runs it (:func:`export.adapt` also says what that changed)."""
+    return self.render(self.to_config(self.adapt(plan, **options), job, cluster, **options))

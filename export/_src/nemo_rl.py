@@ -338,4 +338,12 @@ def as_run(plan: cm.Plan, **_) -> cm.Plan:
 
 
 EXPORTER = Exporter(name="nemo_rl", framework="NeMo-RL", version=VERSION, to_config=to_nemo_rl,
-                    render_settings=to_yaml, kind="yaml", adapt=as_run)
+                    render_settings=to_yaml, kind="yaml", adapt=as_run,
+                    forces={
+                        "engine.sync_backend": "policy.generation.refit_transport: CUDA IPC "
+                        "colocated, packed NCCL broadcasts apart",
+                        "actor.swap": "grpo.py refit_policy_generation offload_before_refit / "
+                        "offload_after_refit colocated, ppo.py offload_to_cpu for the value "
+                        "model; no setting",
+                        "critic.swap": "ppo.py moves only the policy to the host; the value "
+                        "model stays on its GPUs"})

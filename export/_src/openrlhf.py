@@ -268,4 +268,8 @@ def as_run(plan: cm.Plan, **_) -> cm.Plan:
 
 EXPORTER = Exporter(name="openrlhf", framework="OpenRLHF", version=VERSION,
                     to_config=to_openrlhf, render_settings=openrlhf_command, kind="command",
-                    adapt=as_run)
+                    adapt=as_run,
+                    forces={
+                        "engine.sync_backend": "CUDA IPC handles per tensor with "
+                        "train.colocate_all in a synchronous run, else ppo_actor.py "
+                        "broadcast_to_vllm per tensor"})

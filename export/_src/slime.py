@@ -220,4 +220,13 @@ def as_run(plan: cm.Plan, **_) -> cm.Plan:
 
 
 EXPORTER = Exporter(name="slime", framework="slime", version=VERSION, to_config=to_slime,
-                    render_settings=slime_command, kind="command", adapt=as_run)
+                    render_settings=slime_command, kind="command", adapt=as_run,
+                    forces={
+                        "engine.sync_backend": "CUDA IPC buckets with --colocate, NCCL "
+                        "broadcasts of --update-weight-buffer-size buckets apart",
+                        "reference.swap": "tensor_backper.py keeps the reference's weights in "
+                        "pinned host memory and switches them into the actor's model",
+                        "reference.offload": "tensor_backper.py switches the reference's "
+                        "weights into the actor's model; none are streamed from the host",
+                        "critic.swap": "the critic takes the actor's offload flags",
+                        "critic.offload": "the critic takes the actor's offload flags"})

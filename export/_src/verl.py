@@ -302,4 +302,11 @@ def as_run(plan: cm.Plan, strategy: str = "fsdp", **_) -> cm.Plan:
 
 
 EXPORTER = Exporter(name="verl", framework="veRL", version=VERSION, to_config=to_verl,
-                    render_settings=verl_command, kind="command", adapt=as_run)
+                    render_settings=verl_command, kind="command", adapt=as_run,
+                    forces={
+                        "engine.sync_backend": "verl/checkpoint_engine/base.py: naive in-place "
+                        "per-tensor loads colocated, nccl buckets apart",
+                        "reference.offload": "the FSDP reference is forward_only, "
+                        "engine/fsdp/transformer_impl.py CPUOffload(offload_params=True)",
+                        "reference.swap": "the FSDP reference is forward_only, its parameters "
+                        "stay on the host (engine/fsdp/transformer_impl.py)"})

@@ -26,7 +26,7 @@ from absl import logging  # noqa: E402
 import costmodel as cm  # noqa: E402
 import export  # noqa: E402
 from search._src import cli_help  # noqa: E402
-from search._src.framework_settings import exports  # noqa: E402
+from search._src.framework_settings import export_options  # noqa: E402
 
 # Flags both commands take; each command sets its own defaults (:func:`run`).
 MODEL = flags.DEFINE_string("model", None, "The actor: a preset (costmodel.models.names()) or a "
@@ -305,17 +305,26 @@ def not_modelled(imported: export.Imported) -> str:
 
 def write_exports(out: str, plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> list[str]:
   """Writes each ``--export`` that accepts the plan next to the plan file ``out``;
-  one line per file written and per framework that refuses the plan (why)."""
+  one line per file written, per setting the framework adapts (why) and per framework that
+  refuses the plan (why); a plan it adapts has its estimate as that framework runs it."""
   stem = os.path.splitext(out)[0]
   lines = []
-  for fw, (text, reason) in exports(plan, job, cluster, _EXPORT.value).items():
-    if text is None:
-      lines.append(f"not exported to {fw}: {reason}")
+  for fw in _EXPORT.value:
+    opts = export_options(fw, plan)
+    try:
+      adapted, changes = export.adapt(fw, job, plan, cluster, **opts)
+      text = export.get(fw).export(adapted, job, cluster, **opts)
+    except ValueError as err:
+      lines.append(f"not exported to {fw}: {err}")
       continue
     path = f"{stem}.{fw}.{'sh' if export.get(fw).kind == 'command' else 'yaml'}"
     with open(path, "w", encoding="utf-8") as f:
       f.write(text)
     lines.append(f"wrote {path}")
+    lines += [f"  {fw} adapts {c}" for c in changes]
+    if changes:
+      t = float(cm.estimate(job, adapted, cluster).step_time_s)
+      lines.append(f"  as {fw} runs it: {t:.4g} s/step")
   return lines
 
 
