@@ -715,7 +715,8 @@ def test_require_int():
 
 def test_relaxed_plans_refused_naming_the_field():
   job = grpo_job()
-  relaxed = cm.Plan.colocated(job, ONE_NODE, train=cm.Parallel(tp=2.5),
+  # A relaxed plan's degrees are real-valued arrays (an exact one's are integers).
+  relaxed = cm.Plan.colocated(job, ONE_NODE, train=cm.Parallel(tp=jnp.asarray(2.5)),
                               engine=cm.Engine(tp=2))
   for fn in (export.to_verl, export.to_openrlhf, export.to_nemo_rl):
     refusal(lambda fn=fn: fn(relaxed, job, ONE_NODE), "actor.train.tp=2.5", "integer")
