@@ -35,12 +35,12 @@ Plan files read back: ``export.read_plan(path).plan`` is the plan that
 
 from export._src.adapting import adapt
 from export._src.areal import to_areal
-from export._src.defaults import ENGINE_DEFAULTS
-from export._src.defaults import EngineDefaults
-from export._src.defaults import PINS
 from export._src.base import Exporter
 from export._src.base import to_yaml
 from export._src.common import require_int
+from export._src.defaults import ENGINE_DEFAULTS
+from export._src.defaults import PINS
+from export._src.defaults import EngineDefaults
 from export._src.importing import Given
 from export._src.importing import Imported
 from export._src.importing import plan_settings

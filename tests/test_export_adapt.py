@@ -9,15 +9,14 @@ import subprocess
 import sys
 
 import pytest
+from test_export import ONE_NODE
+from test_export import QWEN7B
+from test_export import colocated_grpo
+from test_export import refusal
+from test_export import split_async_grpo
 
 import costmodel as cm
 import export
-
-from test_export import ONE_NODE
-from test_export import colocated_grpo
-from test_export import QWEN7B
-from test_export import refusal
-from test_export import split_async_grpo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -14,7 +14,6 @@ import dataclasses
 from typing import Any
 
 import costmodel as cm
-
 from export._src.registry import get
 
 _SYNC = "engine.sync_backend"
@@ -31,7 +30,7 @@ def _word(v: Any) -> str:
 def _layout_changes(before: cm.Plan, after: cm.Plan) -> list[tuple[str, str, Any, Any]]:
   """``(role, setting, old, new)`` for every layout field that differs, both phases."""
   out = []
-  for old, new in zip(before.roles, after.roles):
+  for old, new in zip(before.roles, after.roles, strict=True):
     for phase, attr in (("train", "train"), ("infer", "infer_layout")):
       a, b = getattr(old, attr), getattr(new, attr)
       if a is None or b is None or (phase == "infer" and old.infer is None and
