@@ -13,7 +13,8 @@
 from costmodel._src.specs.hf_models import from_hf_id
 from costmodel._src.specs.hf_models import get
 from costmodel._src.specs.hf_models import ids as hf_ids
+from costmodel._src.specs.hf_models import not_modelled as hf_not_modelled
 from costmodel._src.specs.model_presets import names
 from costmodel._src.specs.model_presets import published_params
 
-__all__ = ("from_hf_id", "get", "hf_ids", "names", "published_params")
+__all__ = ("from_hf_id", "get", "hf_ids", "hf_not_modelled", "names", "published_params")

@@ -1,11 +1,14 @@
 """Tests for the table of models by Hugging Face id (costmodel/data/hf_models.yaml)."""
 
+import os
+
 import pytest
 import yaml
 
 from costmodel import models
 from costmodel._src.specs import hf_config
 from costmodel._src.specs import hf_models
+import export
 
 
 def _active_as_published(spec, counts):
@@ -70,6 +73,26 @@ def test_fine_tune_and_release_names_map_to_their_base(model_id, base):
   assert spec.replace(name="") == models.from_hf_id(base).replace(name="")
 
 
+@pytest.mark.parametrize("model_id, base", [
+    ("${HOME}/models/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2.5-7B"),
+    ("Qwen/Qwen2.5-VL-3B-Instruct", "Qwen/Qwen2.5-3B"),
+    ("/data/Qwen3-VL-30B-A3B-Instruct", "Qwen/Qwen3-30B-A3B"),
+])
+def test_vision_language_ids_cost_their_language_model_and_say_so(model_id, base):
+  assert models.from_hf_id(model_id).replace(name="") == models.from_hf_id(base).replace(name="")
+  assert models.hf_not_modelled(model_id) == ("the vision encoder (costed as its language model)",)
+  assert models.hf_not_modelled(base) == ()
+
+
+def test_moonlight_hand_derived_mla_without_query_compression():
+  spec = models.from_hf_id("moonshotai/Moonlight-16B-A3B-Instruct")
+  assert spec.q_lora_rank == 0 and spec.kv_lora_rank == 512
+  # 26 MoE layers (the first is dense) of 64 routed experts, 6 routed + 2 shared active
+  assert spec.n_experts == 64 and spec.top_k == 6 and spec.first_dense_layers == 1
+  expert = 3 * 2048 * 1408
+  assert spec.total_params - spec.active_params == 26 * (64 - 6) * expert
+
+
 def test_distill_with_its_own_head_is_not_its_base():
   distill = models.from_hf_id("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")
   base = models.from_hf_id("Qwen/Qwen2.5-Math-1.5B")
@@ -106,6 +129,7 @@ def test_table_entries_are_read_strictly(monkeypatch):
     ({"config": {"model_type": "llama"}, "source": "s"}, "needs params"),
     ({"preset": "qwen3-8b", "same_as": "Qwen/Qwen3-8B", "source": "s"}, "exactly one"),
     ({"preset": "qwen3-8b", "source": "s", "licence": "x"}, r"unknown key\(s\) \['licence'\]"),
+    ({"preset": "qwen3-8b", "source": "s", "not_modelled": " "}, "not_modelled=' '"),
 ])
 def test_bad_table_entries_refused(monkeypatch, entry, match):
   text = yaml.safe_dump({"Qwen/Qwen3-8B": {"preset": "qwen3-8b", "source": "s"},
@@ -126,3 +150,17 @@ def test_get_takes_a_preset_or_a_hugging_face_id():
   assert models.get("OpenRLHF/Llama-3-8b-sft-mixture").total_params == 8_030_261_248
   with pytest.raises(ValueError, match=r"unknown model 'gpt-5': not a preset \(llama-3.1-8b"):
     models.get("gpt-5")
+
+
+def test_import_of_a_vision_language_run_lists_the_vision_encoder(tmp_path):
+  shipped = os.path.join(os.path.dirname(__file__), "data", "verl_examples",
+                         "run_qwen3_8b_fsdp_1dda039.txt")
+  with open(shipped, encoding="utf-8") as f:
+    text = f.read()
+  vl = tmp_path / "run_qwen3_vl_8b.txt"
+  vl.write_text(text.replace("model.path=Qwen/Qwen3-8B", "model.path=Qwen/Qwen3-VL-8B-Instruct"))
+  plain = export.read_config("verl", shipped, response_mean=1000)
+  got = export.read_config("verl", str(vl), response_mean=1000)
+  assert got.job.actor.replace(name="") == plain.job.actor.replace(name="")
+  assert "model: the vision encoder (costed as its language model)" in got.not_modelled
+  assert not any(n.startswith("model:") for n in plain.not_modelled)

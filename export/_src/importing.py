@@ -52,7 +52,11 @@ def imported(job: cm.RLJob, plan: cm.Plan, cluster: cm.Cluster, settings: Tracke
   unread = [f"{k}={settings.raw(k)!r}" for k in settings.unread()
             if re.search(relevant, k) and not any(k.startswith(p) for p in off)
             and settings.raw(k) not in _OFF]
-  out.not_modelled = tuple(notes) + tuple(unread)
+  try:  # a part of the checkpoint the model's architecture leaves out (a vision encoder)
+    parts = cm.models.hf_not_modelled(job.actor.name)
+  except ValueError:  # a name no table entry matches: a preset or a config.json's own
+    parts = ()
+  out.not_modelled = tuple(notes) + tuple(f"model: {p}" for p in parts) + tuple(unread)
   out.settings = dict(settings)  # as the run states them (what stays when a plan changes)
   return out
 

@@ -35,7 +35,8 @@ from costmodel._src.specs import hf_config
 from costmodel._src.specs import model_presets
 from costmodel._src.specs.model import ModelSpec
 
-_ENTRY_KEYS = {"preset", "same_as", "config", "source", "params", "params_source"}
+_ENTRY_KEYS = {"preset", "same_as", "config", "source", "params", "params_source",
+               "not_modelled"}
 _PARAMS_KEYS = {"total", "active", "active_counts", "rtol"}
 ACTIVE_COUNTS = ("both", "head", "neither")
 # Words of a name that mark a release of an architecture, not another one.
@@ -72,6 +73,10 @@ def _check_entry(model_id: str, entry: Any) -> None:
   if not isinstance(entry.get("source"), str) or not entry["source"].strip():
     raise ValueError(f"{where}: source={entry.get('source')!r} must name where the facts "
                      "come from")
+  if "not_modelled" in entry and (not isinstance(entry["not_modelled"], str)
+                                  or not entry["not_modelled"].strip()):
+    raise ValueError(f"{where}: not_modelled={entry['not_modelled']!r} must name the part of "
+                     "the checkpoint the architecture leaves out")
   has_params = "params" in entry or "params_source" in entry
   if kinds == ["config"] and not ("params" in entry and "params_source" in entry):
     raise ValueError(f"{where}: a config entry needs params and params_source (the "
@@ -138,6 +143,18 @@ def published(model_id: str) -> Published:
   return Published(float(p["total"]), None if "active" not in p else float(p["active"]),
                    p.get("active_counts", "both"), float(p.get("rtol", 0.01)),
                    entry["params_source"])
+
+
+def not_modelled(model_id: str) -> tuple[str, ...]:
+  """Parts of a checkpoint its table architecture leaves out (a vision encoder), by the
+  name rules of :func:`match`; ``()`` when the entry models the whole checkpoint.
+
+  Raises:
+    ValueError: as :func:`match`, when the id maps to no entry.
+  """
+  entry = table()[match(model_id)[0]]
+  note = entry.get("not_modelled") or table().get(entry.get("same_as"), {}).get("not_modelled")
+  return (note,) if note else ()
 
 
 def _norm(name: str) -> str:
