@@ -57,3 +57,13 @@ def test_estimate_help_names_what_an_imported_run_needs():
 def test_helpfull_lists_absl_flags_too():
   r = _help("search.plan", "--helpfull")
   assert r.returncode == 0 and "--verbosity" in r.stdout and "--prompts" in r.stdout
+
+
+def test_help_into_a_pipe_closed_early_ends_without_a_traceback():
+  # ``rlcost-estimate --help | head -3``: the reader closes the pipe before the help ends.
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  cmd = f"{sys.executable} -m search.estimate_cli --help | head -3"
+  r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, timeout=300,
+                     check=False)
+  assert len(r.stdout.splitlines()) == 3
+  assert "Traceback" not in r.stderr and "BrokenPipeError" not in r.stderr, r.stderr

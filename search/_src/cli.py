@@ -13,6 +13,7 @@ import contextlib
 import logging as py_logging
 import os
 import re
+import signal
 import sys
 from typing import Any
 
@@ -167,6 +168,10 @@ def run(main, prog: str, doc: str, defaults: dict[str, Any]) -> None:
   (:mod:`search._src.cli_help`) and exits 0; flag errors and ValueError print one
   line and exit 2."""
   _PROG[0] = prog
+  # A reader that closes the pipe early (``rlcost-plan --help | head``) ends the
+  # command quietly, as it ends ``cat``, instead of a BrokenPipeError traceback.
+  if hasattr(signal, "SIGPIPE"):
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
   for name, value in defaults.items():
     flags.FLAGS.set_default(name, value)
   if any(a in ("-h", "--help", "-help", "-?") for a in sys.argv[1:]):
