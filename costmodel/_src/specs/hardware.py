@@ -151,8 +151,7 @@ _PRESETS: dict[str, dict] = {
         matmul_efficiency_max=0.76, hbm_efficiency_max=0.88),
     # B200 (HGX, 1000 W): 2,250 TF BF16 dense, 4,500 FP8 dense, 180 GB usable
     # HBM3e at 8 TB/s, NVLink5 900 GB/s per direction (glennklockwood.com B200
-    # table); FP4 9,000 dense (same
-    # table); 400 Gb/s CX-7 per GPU
+    # table); FP4 9,000 dense (same table); 400 Gb/s CX-7 per GPU
     # [unverified]. Efficiencies assumed as H100 [unverified].
     "B200": dict(
         peak_flops_per_s=2250 * TERA, peak_fp8_flops_per_s=4500 * TERA,
