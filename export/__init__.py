@@ -58,12 +58,16 @@ from export._src.planfile import read_plan
 from export._src.planfile import write_plan
 from export._src.registry import FRAMEWORKS
 from export._src.registry import get
+from export._src.speculative_keys import RUNS as SPECULATIVE_RUNS
+from export._src.speculative_keys import framework_keys as speculative_keys
 from export._src.slime import slime_command
 from export._src.slime import to_slime
 from export._src.verl import to_verl
 from export._src.verl import verl_command
 
 __all__ = (
+    "SPECULATIVE_RUNS",
+    "speculative_keys",
     "adapt",
     "ENGINE_DEFAULTS",
     "EngineDefaults",

@@ -96,12 +96,14 @@ def check_openrlhf(argv: list[str]) -> list[str]:
 
 
 def check_slime(settings: dict) -> list[str]:
-  """slime flags and the Megatron/SGLang pass-through flags its scripts use."""
+  """slime flags and the Megatron/SGLang pass-through flags its scripts (or, for SGLang's,
+  its docs) use."""
   d = load("slime")
   if settings["script"] not in d["entry_points"]:
     return [f"{settings['script']}: not an entry point"]
   argv = settings["argv"]
-  a, bad = parse_cli(d["flags"], argv, d["script_flags"])
+  passthrough = {**d["script_flags"], **{f: v["arity"] for f, v in d["doc_flags"].items()}}
+  a, bad = parse_cli(d["flags"], argv, passthrough)
   if bad:
     return bad
   given = {x for x in argv if x.startswith("--")}

@@ -231,7 +231,8 @@ def check_nemo_rl(cfg: dict) -> list[str]:
   flat = flatten({k: v for k, v in cfg.items() if k != "defaults"})
   for k, v in flat.items():
     if k.startswith("policy.generation.vllm_kwargs."):
-      if k.rsplit(".", 1)[1] in d["vllm_kwargs_reserved"]:
+      # a keyword of vLLM's own (nested values such as speculative_config.model are not)
+      if k.split(".")[3] in d["vllm_kwargs_reserved"]:
         bad.append(f"{k}: vllm_worker.py already passes this keyword to vLLM")
       continue
     kind = keys.get(k) or rm_env.get(k)

@@ -197,9 +197,24 @@ def extract_slime(repo: Repo) -> dict:
                            repo.show(path)):
         takes_value[m.group(1)] = takes_value.get(m.group(1), False) or bool(m.group(2))
   top = set(repo.ls("."))
+  script_flags = {f: ("value" if v else "switch") for f, v in sorted(takes_value.items())
+                  if f not in flags}
+  # SGLang server flags slime passes through with the --sglang- prefix
+  # (slime/backends/sglang_utils/arguments.py) that only its docs write, with the doc line.
+  doc_flags: dict[str, dict[str, str]] = {}
+  for path in repo.ls("docs/en"):
+    if path.endswith(".md"):
+      for i, line in enumerate(repo.show(path).splitlines(), 1):
+        for m in re.finditer(r"(?<![\w-])(--sglang-[a-z0-9-]+)([ \t=]+[^\s\\-][^\s\\]*)?",
+                             line):
+          f, arity = m.group(1), "value" if m.group(2) else "switch"
+          if f in flags or f in script_flags or doc_flags.get(f, {}).get("arity") == "value":
+            continue
+          if f not in doc_flags or arity == "value":  # the first line that gives a value
+            doc_flags[f] = {"arity": arity, "source": f"{path}:{i}"}
   return {"flags": flags,
-          "script_flags": {f: ("value" if v else "switch") for f, v in sorted(takes_value.items())
-                           if f not in flags},
+          "script_flags": script_flags,
+          "doc_flags": dict(sorted(doc_flags.items())),
           "entry_points": sorted(p for p in ("train.py", "train_async.py") if p in top)}
 
 

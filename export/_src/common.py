@@ -166,7 +166,7 @@ class Concrete:
 # Settings a framework may lack a key for; an exporter names the ones it writes in
 # ``concrete(..., supports=...)`` and every other one refuses when not at its default.
 FEATURES = ("etp", "train_precision", "engine_precision", "dp_attention", "staleness_threshold",
-            "require_batches", "rollout_log_probs")
+            "require_batches", "rollout_log_probs", "speculative")
 
 
 def refuse(framework: str, where: str, value: Any, why: str = "") -> None:
@@ -212,6 +212,10 @@ def check_supported(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster, framework
     refuse(framework, "engine.precision", e.precision)
   if e.dp_attention and "dp_attention" not in supports:
     refuse(framework, "engine.dp_attention", True)
+  if e.speculative is not None and "speculative" not in supports:
+    refuse(framework, "engine.speculative.kind", e.speculative.kind,
+           "its pinned code passes no speculative settings to its rollout engine (NeMo-RL and "
+           "slime do)")
   mode = plan.mode
   for name in ("fuse_inference", "fuse_training"):
     if getattr(mode, name):

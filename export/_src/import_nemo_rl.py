@@ -29,6 +29,7 @@ from typing import Any
 import costmodel as cm
 from export._src import compose
 from export._src import importing
+from export._src import speculative_keys
 from export._src.importing import choice
 from export._src.importing import flag
 from export._src.importing import number
@@ -195,7 +196,8 @@ def read(source: Any, **missing: Any) -> importing.Imported:
       o, "policy.generation.refit_transport", FW, {None: "bucketed", "nccl_reshard": "reshard"})
   backend = choice(o, "policy.generation.backend", FW, {"vllm": _vllm, "sglang": _sglang},
                    "vllm")
-  engine = backend(o, g).replace(sync_backend=sync)
+  engine = backend(o, g).replace(sync_backend=sync, speculative=speculative_keys.read_nemo_rl(
+      o, g.speculative_acceptance, notes))
   a = f"{section}.async_{section}"
   mode = cm.Mode()
   if flag(o, f"{a}.enabled", FW):

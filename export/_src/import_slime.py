@@ -28,6 +28,7 @@ import costmodel as cm
 from export._src import importing
 from export._src import megatron_model
 from export._src import shell
+from export._src import speculative_keys
 from export._src.importing import choice
 from export._src.importing import number
 
@@ -166,7 +167,8 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   mode = cm.Mode(staleness=1 if script == "train_async.py" else 0,
                  partial_rollout=bool(o.get("partial-rollout")),
                  rollout_log_probs=bool(o.get("use-rollout-logprobs")))
-  plan = cm.Plan(pools=tuple(pools), roles=tuple(roles), engine=_engine(o, g, colocated),
+  plan = cm.Plan(pools=tuple(pools), roles=tuple(roles), engine=_engine(o, g, colocated).replace(
+                     speculative=speculative_keys.read_slime(o, g.speculative_acceptance, notes)),
                  rollout_pool="all" if colocated else "gen", mode=mode)
   if g.gpus_per_node is None and "num-gpus-per-node" in o:
     g = dataclasses.replace(g, gpus_per_node=number(o, "num-gpus-per-node", FW))

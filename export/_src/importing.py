@@ -114,6 +114,8 @@ class Given:
     prompt_len: Prompt tokens, where a config bounds prompt and response only
       together (NeMo-RL's ``max_new_tokens == max_total_sequence_length``;
       default: that importer's documented assumption, listed as not modelled).
+    speculative_acceptance: The acceptance rate of a draft the config turns on
+      (NeMo-RL, slime): no framework setting states it; required with a draft.
   """
 
   model: Any = None
@@ -125,6 +127,7 @@ class Given:
   oversample: float = 1.0
   engine_max_seqs: int = 256
   prompt_len: int | None = None
+  speculative_acceptance: float | None = None
 
 
 # Prompt tokens assumed where a config bounds prompt and response only together or not at

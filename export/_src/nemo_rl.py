@@ -12,6 +12,7 @@ from typing import Any
 
 import costmodel as cm
 from export._src import defaults
+from export._src import speculative_keys
 from export._src.base import Exporter
 from export._src.base import to_yaml
 from export._src.common import FP8_TRAINING
@@ -172,7 +173,7 @@ def to_nemo_rl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
   if backend not in (None, "dtensor", "megatron"):
     raise ValueError(f"to_nemo_rl: backend={backend!r} is not one of (None, 'dtensor', 'megatron')")
   c = concrete(plan, job, cluster, _FW, rule_set="nemo_rl",
-               supports=frozenset({"etp", "train_precision"}))
+               supports=frozenset({"etp", "train_precision", "speculative"}))
   refuse_remax(_FW, c, "grpo.adv_estimator has grpo and reinforce_plus_plus, "
                "ppo.adv_estimator gae")
   ppo = c.algorithm == "ppo"
@@ -246,8 +247,13 @@ def to_nemo_rl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
             **_train_section(actor, "actor", backend)}
   if backend == "megatron" and rm_base:
     policy["optimizer"] = None
+  vllm_kwargs: dict[str, Any] = {"max_num_seqs": e.max_seqs}
+  if plan.engine.speculative is not None:  # vllm_worker.py passes vllm_kwargs to vLLM whole
+    vllm_kwargs["speculative_config"] = {
+        k.rsplit(".", 1)[1]: v
+        for k, v in speculative_keys.framework_keys("nemo_rl", plan.engine.speculative).items()}
   policy["generation"] = {"backend": "vllm", "max_new_tokens": c.max_response,
-                          "vllm_cfg": vllm_cfg, "vllm_kwargs": {"max_num_seqs": e.max_seqs},
+                          "vllm_cfg": vllm_cfg, "vllm_kwargs": vllm_kwargs,
                           "colocated": colocated, **_refit(c, backend)}
   out["policy"] = policy
   if ppo:

@@ -12,6 +12,7 @@ import shlex
 
 import costmodel as cm
 from export._src import defaults
+from export._src import speculative_keys
 from export._src.base import Exporter
 from export._src.common import Scalar
 from export._src.common import concrete
@@ -63,7 +64,8 @@ def to_slime(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> dict:
     ``train_async.py``, ``slime/ray/placement_group.py``.
   """
   c = concrete(plan, job, cluster, _FW, rule_set="slime", supports=frozenset(
-      {"etp", "dp_attention", "engine_precision", "rollout_log_probs", "train_precision"}))
+      {"etp", "dp_attention", "engine_precision", "rollout_log_probs", "train_precision",
+       "speculative"}))
   if c.algorithm not in _ESTIMATOR:
     raise ValueError(f"{_FW}: algorithm={c.algorithm!r}: --advantage-estimator has grpo, gspo, "
                      "cispo, reinforce_plus_plus(_baseline) and ppo")
@@ -157,6 +159,9 @@ def to_slime(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster) -> dict:
   kv = kv_cache_dtype(_FW, plan.engine.precision, "--sglang-kv-cache-dtype")
   if kv:
     args.append(("sglang-kv-cache-dtype", kv))
+  if plan.engine.speculative is not None:  # SGLang's flags, --sglang- prefixed
+    args += [(k[2:], v) for k, v in
+             speculative_keys.framework_keys("slime", plan.engine.speculative).items()]
   if c.mode.rollout_log_probs:
     args.append(("use-rollout-logprobs", None))
   if c.use_reference:

@@ -9,18 +9,9 @@ then ranked again.
 
 Only frameworks whose pinned code passes a speculative configuration to its
 engine take the option (:data:`RUNS`), each with the keys it reads
-(:func:`framework_keys`):
-
-* NeMo-RL (NVIDIA-NeMo/RL@7ea279ab): vLLM's ``speculative_config`` under
-  ``policy.generation.vllm_kwargs`` (``method``: ``mtp`` for the model's MTP
-  layers, ``eagle3``, ``draft_model``, ``ngram``; ``num_speculative_tokens``;
-  ``model``), read in ``nemo_rl/models/generation/__init__.py``, as in its
-  recipe ``grpo-qwen3-1.7b-1n8g-megatron-eagle3.yaml``;
-* slime (THUDM/slime@624b824a ``docs/en/advanced/speculative-decoding.md``):
-  SGLang's ``--sglang-speculative-algorithm`` (``EAGLE`` for MTP layers and
-  EAGLE heads, ``STANDALONE`` for a draft model, ``NGRAM``), chain drafting
-  (``--sglang-speculative-eagle-topk 1``), ``--sglang-speculative-num-steps``
-  and ``--sglang-speculative-num-draft-tokens`` (steps + 1).
+(:func:`framework_keys`, ``export.speculative_keys``: NeMo-RL's
+``policy.generation.vllm_kwargs.speculative_config``, slime's
+``--sglang-speculative-*`` flags, each with the framework line that reads it).
 """
 
 from __future__ import annotations
@@ -30,36 +21,10 @@ import dataclasses
 import numpy as np
 
 import costmodel as cm
+import export
 
-RUNS = ("any", "nemo_rl", "slime")
-
-_VLLM_METHOD = {"mtp": "mtp", "eagle": "eagle3", "draft": "draft_model", "ngram": "ngram"}
-_SGLANG_ALGORITHM = {"mtp": "EAGLE", "eagle": "EAGLE", "draft": "STANDALONE", "ngram": "NGRAM"}
-
-
-def framework_keys(framework: str, spec: cm.Speculative) -> dict[str, object]:
-  """The settings ``framework`` reads for ``spec`` (its own keys).
-
-  Raises:
-    ValueError: for a framework that cannot run speculative decoding.
-  """
-  k = int(round(float(spec.draft_tokens)))
-  if framework == "nemo_rl":
-    prefix = "policy.generation.vllm_kwargs.speculative_config."
-    out = {prefix + "method": _VLLM_METHOD[spec.kind], prefix + "num_speculative_tokens": k}
-    if spec.kind == "draft":
-      out[prefix + "model"] = spec.draft_model.name
-    return out
-  if framework == "slime":
-    out = {"--sglang-speculative-algorithm": _SGLANG_ALGORITHM[spec.kind],
-           "--sglang-speculative-num-steps": k, "--sglang-speculative-eagle-topk": 1,
-           "--sglang-speculative-num-draft-tokens": k + 1}
-    if spec.kind == "draft":
-      out["--sglang-speculative-draft-model-path"] = spec.draft_model.name
-    return out
-  raise ValueError(f"speculative: framework={framework!r} passes no speculative settings to "
-                   f"its engine at its pinned commit; frameworks that do: "
-                   f"{', '.join(f for f in RUNS if f != 'any')}")
+RUNS = ("any", *export.SPECULATIVE_RUNS)
+framework_keys = export.speculative_keys
 
 
 def check(framework: str, job: cm.RLJob, spec: cm.Speculative | None) -> None:
