@@ -58,10 +58,10 @@ from export._src.planfile import read_plan
 from export._src.planfile import write_plan
 from export._src.registry import FRAMEWORKS
 from export._src.registry import get
-from export._src.speculative_keys import RUNS as SPECULATIVE_RUNS
-from export._src.speculative_keys import framework_keys as speculative_keys
 from export._src.slime import slime_command
 from export._src.slime import to_slime
+from export._src.speculative_keys import RUNS as SPECULATIVE_RUNS
+from export._src.speculative_keys import framework_keys as speculative_keys
 from export._src.verl import to_verl
 from export._src.verl import verl_command
 

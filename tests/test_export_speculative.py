@@ -127,3 +127,16 @@ def test_frameworks_without_a_draft_setting_refuse_it_by_name(framework, name):
   with pytest.raises(ValueError, match=rf"^{name}: engine.speculative.kind='ngram' has no "
                      r"setting.*passes no speculative settings.*NeMo-RL and slime"):
     export.get(framework).to_config(drafted, job, cluster, **options)
+
+
+def test_estimate_cli_takes_the_acceptance_of_an_imported_draft(tmp_path, capsys):
+  from search import estimate_cli  # pylint: disable=import-outside-toplevel
+  spec = cm.Speculative("ngram", draft_tokens=3.0, acceptance=0.6)
+  job, plan, cluster, options = _plan("nemo_rl", spec)
+  path = tmp_path / "run.yaml"
+  path.write_text(export.get("nemo_rl").render(export.to_nemo_rl(plan, job, cluster, **options)))
+  argv = ["--from_nemo_rl", str(path), "--response_mean", "1500", "--model", job.actor.name]
+  assert estimate_cli.call(argv) == 2
+  assert "(--speculative_acceptance)" in capsys.readouterr().err
+  assert estimate_cli.call(argv + ["--speculative_acceptance", "0.6"]) in (0, 1)
+  assert "speculative acceptance 0.6 per draft token" in capsys.readouterr().out

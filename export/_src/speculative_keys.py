@@ -77,7 +77,8 @@ def _spec(fw: str, kind: str, tokens: Any, draft: Any, acceptance: float | None,
   if acceptance is None:
     raise ValueError(f"{fw}: {where} turns on speculative decoding (kind {kind!r}); its "
                      "acceptance rate is no framework setting (it depends on the draft and the "
-                     "data): give speculative_acceptance= (a fraction in (0, 1))")
+                     "data): give speculative_acceptance= (--speculative_acceptance), a "
+                     "fraction in (0, 1)")
   model = None
   if kind == "draft":
     if draft is None:

@@ -59,6 +59,9 @@ FROM = {fw: flags.DEFINE_string(f"from_{fw}", None, help)
 _OVERSAMPLE = flags.DEFINE_float(
     "oversample", None, "DAPO's generated / kept samples of an imported run (AReaL's config "
     "does not state it; NeMo-RL's and slime's do).")
+_SPEC_ACCEPTANCE = flags.DEFINE_float(
+    "speculative_acceptance", None, "Acceptance rate of the draft an imported NeMo-RL or slime "
+    "run turns on (no framework setting states it; required with a draft).")
 _CRITIC = flags.DEFINE_string("critic_model", None,
                               "Critic preset or config.json (PPO; default: the actor's).")
 _PPO_EPOCHS = flags.DEFINE_integer("ppo_epochs", None, "Passes over each batch (default 1, or "
@@ -275,7 +278,8 @@ def given() -> dict[str, Any]:
   for name, key in (("response_mean", "response_mean"), ("reward_model", "reward_model"),
                     ("gpu", "gpu"), ("gpus_per_node", "gpus_per_node"),
                     ("critic_model", "critic"), ("oversample", "oversample"),
-                    ("prompt_len", "prompt_len")):
+                    ("prompt_len", "prompt_len"),
+                    ("speculative_acceptance", "speculative_acceptance")):
     if f[name].present and f[name].value is not None:
       out[key] = f[name].value
   return out
