@@ -65,10 +65,10 @@ def test_assumed_turns_move_generation_only_once_the_sandbox_binds():
   colocated_step = "veRL ReTool DAPO 7B colocated, 32 H20"  # holds the generation
   for label, err2 in by_turns[2].items():
     # 1 or 3 calls per episode: the 32 sandbox slots keep up with the engine.
-    assert by_turns[4][label] == pytest.approx(err2, abs=0.03), label
+    assert by_turns[4][label] == pytest.approx(float(err2), abs=0.03), label
     if label not in (gen, colocated_step):
       # Training and log-prob stages follow the trajectory's tokens only.
-      assert by_turns[8][label] == pytest.approx(err2, abs=0.03), label
+      assert by_turns[8][label] == pytest.approx(float(err2), abs=0.03), label
   # 7 calls per episode: 1,024 x 7 one-second calls on 32 slots take 224 s,
   # more than the engine's busy time, so generation lengthens.
   assert by_turns[8][gen] > by_turns[4][gen] + 0.3

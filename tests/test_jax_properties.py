@@ -67,7 +67,7 @@ def _check_gradients(f, theta, rtol):
     g = float(grads[key])
     fd = _central_difference(f_jit, theta, key)
     assert np.isfinite(g), key
-    assert g == pytest.approx(fd, rel=rtol, abs=1e-9 * abs(float(f_jit(theta)))), key
+    assert g == pytest.approx(float(fd), rel=rtol, abs=1e-9 * abs(float(f_jit(theta)))), key
   return grads
 
 

@@ -227,7 +227,7 @@ def test_search_interleaves_when_the_bubble_dominates(bubble_searches, cluster_2
   m = job.samples_per_step / job.mini_batches / (dp * float(best.micro_batch))
   p2p2 = (a_v["comm_s"] - a_1["comm_s"]) / (job.mini_batches * m * (v - 1.0))  # 2 p2p
   expect = a_1["bubble_s"] / v + job.mini_batches * (float(best.pp) - 1.0) / v * p2p2 * (v - 1.0)
-  assert a_v["bubble_s"] == pytest.approx(expect, rel=1e-4)
+  assert a_v["bubble_s"] == pytest.approx(float(expect), rel=1e-4)
   assert a_v["bubble_s"] / a_1["bubble_s"] == pytest.approx(1.0 / v, rel=0.05)
 
 
