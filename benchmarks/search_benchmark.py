@@ -156,10 +156,10 @@ def _throughput() -> list[tuple]:
   pool-size block in enumeration order (what :func:`search.enumerate_plans`
   scores)."""
   import costmodel as cm  # pylint: disable=g-import-not-at-top
-  from search._src import baselines  # pylint: disable=g-import-not-at-top
   from search._src import evaluate  # pylint: disable=g-import-not-at-top
   from search._src import space as space_lib  # pylint: disable=g-import-not-at-top
   from search._src import stage_tables  # pylint: disable=g-import-not-at-top
+  from search._src import valid_space  # pylint: disable=g-import-not-at-top
   job, cluster = _headline_job("grpo-7b-64")
   ppo = cm.RLJob("ppo", cm.models.get("qwen2.5-7b"), prompts_per_step=512.0,
                  samples_per_prompt=8.0, reward_model=cm.models.get("qwen2.5-1.5b"))
@@ -170,7 +170,7 @@ def _throughput() -> list[tuple]:
                         ("GRPO 7B, split_async_partial", job, "split_async_partial"),
                         ("PPO 7B + 1.5B RM, split3", ppo, "split3")):
     fs = space_lib.build(fam, j, cluster, _space())
-    blocks = baselines._Blocks(fs)
+    blocks = valid_space.Blocks(fs)
     p = int(np.argmax(blocks.counts))
     n = min(262_144, int(blocks.counts[p]) // 16384 * 16384)
     t0 = time.perf_counter()

@@ -11,7 +11,7 @@ annealing's stage tables, which their warm runs then use. Cold: one fresh
 process per method and seed, the budget the gradient search's cold time
 (compilation included) of the same seed; the baselines' own set-up and
 compilation count against them (with budgets this short they score without
-tables, :data:`~search._src.baselines.TABLES_BUDGET_S`).
+tables, :data:`~search._src.baseline_run.TABLES_BUDGET_S`).
 
 Bounds: one more fresh process per job proves how far the plans can be from
 the best of the job's space. Every family gets :func:`search.lower_bound`;
@@ -76,7 +76,7 @@ def warm_child(name: str, seeds: int, headline) -> dict:
   from search._src import frameworks  # pylint: disable=g-import-not-at-top
   j, cluster = job(name, headline)
   fams = frameworks.families_for(j, "any")
-  sizes = {f: baselines.space_size(j, cluster, f) for f in fams}
+  sizes = {f: search.space_size(j, cluster, f) for f in fams}
   print(f"{name}: space sizes " + ", ".join(f"{f} {s:.3e}" for f, s in sizes.items()),
         file=sys.stderr, flush=True)
   search.optimize(j, cluster, seed=0)

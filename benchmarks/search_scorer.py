@@ -59,10 +59,10 @@ def _shared_space(name: str):
 
 def _rows(space, chunk: int) -> np.ndarray:
   """``chunk`` sampled valid rows, the families in turn (widened)."""
-  from search._src import baselines  # pylint: disable=g-import-not-at-top
+  from search._src import valid_space  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   per = -(-chunk // len(space.spaces))
-  rows = [space.widen(k, baselines._Blocks(fs).sample(rng, per))
+  rows = [space.widen(k, valid_space.Blocks(fs).sample(rng, per))
           for k, fs in enumerate(space.spaces)]
   return np.concatenate(rows, 0)[:chunk]
 
@@ -71,11 +71,11 @@ def _sweeps(space, chunk: int) -> list[np.ndarray]:
   """Block sweeps of ``chunk`` rows: per family and block, a sampled plan with
   the block's valid rows at the plan's pool sizes in turn (cycled to fill the
   chunk, as a sweep of fewer rows is padded with copies)."""
-  from search._src import baselines  # pylint: disable=g-import-not-at-top
+  from search._src import valid_space  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(1)
   out = []
   for k, fs in enumerate(space.spaces):
-    blocks = baselines._Blocks(fs)
+    blocks = valid_space.Blocks(fs)
     p = rng.choice(len(blocks.pools), p=blocks.counts / blocks.counts.sum())
     j = int(rng.integers(blocks.counts[p]))
     base = blocks.decode(p, j, j + 1)

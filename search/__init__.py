@@ -6,13 +6,13 @@ from search import export
 from search._src.baselines import enumerate_plans
 from search._src.baselines import random_search
 from search._src.baselines import simulated_annealing
-from search._src.baselines import space_size
 from search._src.bound import FamilyBound
 from search._src.bound import lower_bound
 from search._src.cut_dp import cut_dp
 from search._src.frameworks import Framework
 from search._src.frameworks import accepting as accepting_frameworks
 from search._src.frameworks import get as framework
+from search._src.kept_spaces import space_size
 from search._src.mixed import MixedResult
 from search._src.mixed import layouts_planner
 from search._src.mixed import mixed_cluster

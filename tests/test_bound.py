@@ -13,8 +13,8 @@ import pytest
 
 import costmodel as cm
 import search
-from search._src import baselines
-from search._src import cut_dp
+from search._src import cut_tree
+from search._src import kept_spaces
 
 FAMILIES = ("colocated", "split", "split_async", "split_async_partial")
 
@@ -38,8 +38,8 @@ def _brute_force(job, cluster, family, space) -> float:
   (a leaf alone on its pool counts only where it fits); asserts on the way that it
   is at most each feasible plan's step time, and that a feasible plan's lone
   leaves fit (the premises of the bound, plan by plan)."""
-  _, fs, blocks = baselines._valid_space(job, cluster, family, space, "any")
-  run = cut_dp._Family(fs, cm.Efficiency(), 4096, 1, blocks=blocks)
+  _, fs, blocks = kept_spaces.valid_space(job, cluster, family, space, "any")
+  run = cut_tree.CutFamily(fs, cm.Efficiency(), 4096, 1, blocks=blocks)
   mode = fs.structure.placement.mode
   overlap = mode.staleness > 0 or mode.require_batches is not None  # pipelined, by hand
   best = np.inf
@@ -97,14 +97,14 @@ def test_split3_bound_two_training_pools(ppo_case):
 
 def test_refuses_leaves_that_depend_on_each_other(search_job, cluster_2x8, compact_space,
                                                   monkeypatch):
-  real = cut_dp._Family.leaf_cost
+  real = cut_tree.CutFamily.leaf_cost
 
   def coupled(self, k, names, dur, ex):
     # The leaf's time grows with the engine's stage time: as if it waited on it.
     cost, ok, excess = real(self, k, names, dur, ex)
     return cost + 1e-3 * dur[:, list(names).index("generate")], ok, excess
 
-  monkeypatch.setattr(cut_dp._Family, "leaf_cost", coupled)
+  monkeypatch.setattr(cut_tree.CutFamily, "leaf_cost", coupled)
   with pytest.raises(ValueError, match="family='split'.*changes by"):
     search.lower_bound(search_job, cluster_2x8, "split", space=compact_space)
 
@@ -117,13 +117,13 @@ def test_bad_family_names_the_field(family, match, search_job, cluster_2x8, comp
 
 
 def test_refuses_a_nan_leaf_time(search_job, cluster_2x8, compact_space, monkeypatch):
-  real = cut_dp._Family.leaf_cost
+  real = cut_tree.CutFamily.leaf_cost
 
   def nan_first(self, k, names, dur, ex):
     cost, ok, excess = real(self, k, names, dur, ex)
     return np.where(np.arange(len(cost)) == 0, np.nan, cost), ok, excess
 
-  monkeypatch.setattr(cut_dp._Family, "leaf_cost", nan_first)
+  monkeypatch.setattr(cut_tree.CutFamily, "leaf_cost", nan_first)
   with pytest.raises(ValueError, match="family='split'.*NaN"):
     search.lower_bound(search_job, cluster_2x8, "split", space=compact_space)
 

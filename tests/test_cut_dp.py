@@ -93,12 +93,12 @@ def test_bad_input_names_the_field(kwargs, field, search_job, cluster_2x8):
 
 
 def test_pool_level_by_hand():
-  from search._src import baselines
+  from search._src import valid_space
   # 512 = 2^9 -> bit length of its lowest set bit 10; 256 -> 9; 12 = 4 + 8 -> 3; 7 -> 1.
   np.testing.assert_array_equal(
-      baselines.pool_level(np.asarray([[512.0, 256.0], [512.0, 512.0], [12.0, 64.0],
+      valid_space.pool_level(np.asarray([[512.0, 256.0], [512.0, 512.0], [12.0, 64.0],
                                        [7.0, 1024.0]])), [9, 10, 3, 1])
-  assert baselines.pool_level(np.zeros((2, 0))).tolist() == [64, 64]
+  assert valid_space.pool_level(np.zeros((2, 0))).tolist() == [64, 64]
 
 
 def test_family_seeds_are_valid_coarse_plans_the_search_starts_from(

@@ -9,14 +9,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import score_checks
 
 import costmodel as cm
 from costmodel._src.step import dependence
 from costmodel._src.step import factored
-from search._src import baselines
 from search._src import evaluate
 from search._src import frameworks as fw_lib
-import score_checks
+from search._src import valid_space
 
 X = jax.ShapeDtypeStruct((6,), jnp.float32)
 
@@ -51,7 +51,7 @@ def test_a_gather_at_positions_read_from_the_argument_reads_all_of_it():
 
 def _family(job, cluster, space, family):
   fs = fw_lib.get("any").build(family, job, cluster, space, "bf16")
-  return fs, baselines._Blocks(fs)
+  return fs, valid_space.Blocks(fs)
 
 
 @pytest.fixture(scope="module")

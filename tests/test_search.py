@@ -301,8 +301,8 @@ def test_block_sweep_moves_the_pool_sizes_and_sweeps_extra_splits(search_job, cl
 
 
 def baselines_sample(fs, n):
-  from search._src import baselines  # pylint: disable=g-import-not-at-top
-  return baselines._Blocks(fs).sample(np.random.default_rng(3), n)
+  from search._src import valid_space  # pylint: disable=g-import-not-at-top
+  return valid_space.Blocks(fs).sample(np.random.default_rng(3), n)
 
 
 def test_stage_scores_match_whole_estimates(search_job, cluster_2x8, compact_space):

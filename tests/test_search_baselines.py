@@ -5,7 +5,9 @@ import pytest
 
 import costmodel as cm
 import search
-from search._src import baselines
+from search._src import baseline_run
+from search._src import evaluate
+from search._src import kept_spaces
 from search._src import rules as rules_lib
 from search._src import valid_space
 
@@ -87,18 +89,18 @@ def test_enumeration_refuses_a_chunk_size_that_is_not_a_positive_integer(
 def test_a_valid_space_is_built_once_per_process_and_problem(search_job, cluster_2x8,
                                                               compact_space, monkeypatch):
   built = []
-  monkeypatch.setattr(baselines, "_Blocks", lambda fs: built.append(fs) or
-                      valid_space.Blocks(fs))
-  monkeypatch.setattr(baselines, "_kept_values", type(baselines._kept_values)())
+  blocks = valid_space.Blocks
+  monkeypatch.setattr(valid_space, "Blocks", lambda fs: built.append(fs) or blocks(fs))
+  kept_spaces.clear()
   for _ in range(2):
     search.random_search(search_job, cluster_2x8, "split", budget_s=0.0, space=compact_space,
                          batch=64)
   assert len(built) == 1
   # ... and its scorer compiled once: a second evaluator of it reuses the program.
-  compiled = dict(baselines.evaluate.programs.lean_programs)
+  compiled = dict(evaluate.programs.lean_programs)
   search.random_search(search_job, cluster_2x8, "split", budget_s=0.0, space=compact_space,
                        batch=64)
-  assert baselines.evaluate.programs.lean_programs == compiled
+  assert evaluate.programs.lean_programs == compiled
   # Another batch size is another problem, and so is another space.
   job = search_job.replace(prompts_per_step=64.0)
   search.random_search(job, cluster_2x8, "split", budget_s=0.0, space=compact_space, batch=64)
@@ -111,17 +113,17 @@ def test_sampled_baselines_look_stages_up_in_tables_with_the_same_scores(
     search_job, cluster_2x8, compact_space, monkeypatch, method):
   # With tables (here from any size) the baselines score rows by label, and
   # each row's score is the one costing every stage on that row gives.
-  monkeypatch.setattr(baselines, "TABLES_FROM", 0)
-  monkeypatch.setattr(baselines, "_kept_values", type(baselines._kept_values)())
+  monkeypatch.setattr(baseline_run, "TABLES_FROM", 0)
+  kept_spaces.clear()
   scored = []
-  real = baselines._Run.scores
+  real = baseline_run.Run.scores
 
   def spy(self, rows, labels=None):
     s = real(self, rows, labels)
     scored.append((self, np.array(rows), s))  # annealing moves its chains in place
     return s
 
-  monkeypatch.setattr(baselines._Run, "scores", spy)
+  monkeypatch.setattr(baseline_run.Run, "scores", spy)
   if method == "random":
     res = search.random_search(search_job, cluster_2x8, "split", budget_s=0.0,
                                space=compact_space, batch=512, seed=1, tables=True)
@@ -132,7 +134,7 @@ def test_sampled_baselines_look_stages_up_in_tables_with_the_same_scores(
   assert res.best_plan is not None and len(scored) == (1 if method == "random" else 4)
   run = scored[0][0]
   assert run.labelled and run.ev.tables
-  by_row = baselines.evaluate.Evaluator(run.fs, chunk=512, factored=False)
+  by_row = evaluate.Evaluator(run.fs, chunk=512, factored=False)
   for _, rows, s in scored:
     want = by_row.scores(rows)
     np.testing.assert_allclose(s.step_time_s, want.step_time_s, rtol=2e-6)
@@ -144,7 +146,7 @@ def test_annealing_proposes_one_valid_neighbour_per_chain(search_job, cluster_2x
   # Each proposal is a valid neighbour of its chain (one of rounding.neighbours),
   # labelled as the valid space labels it; chains without one keep their plan.
   from search._src import rounding  # pylint: disable=g-import-not-at-top
-  _, fs, blocks = baselines._valid_space(search_job, cluster_2x8, "split", compact_space, "any")
+  _, fs, blocks = kept_spaces.valid_space(search_job, cluster_2x8, "split", compact_space, "any")
   rng = np.random.default_rng(2)
   cur = blocks.sample(rng, 300)
   prop, labels, has = rounding.random_neighbours(fs, blocks, cur, rng)
@@ -163,24 +165,24 @@ def test_sampled_baselines_build_tables_when_told_or_given_time(search_job, clus
                                                                  compact_space, monkeypatch):
   # None: built from a budget of TABLES_BUDGET_S, else used only once kept;
   # False: never. Runs are seen through the evaluators they build.
-  monkeypatch.setattr(baselines, "TABLES_FROM", 0)
-  monkeypatch.setattr(baselines, "_kept_values", type(baselines._kept_values)())
+  monkeypatch.setattr(baseline_run, "TABLES_FROM", 0)
+  kept_spaces.clear()
   runs = []
-  real = baselines._Run.__init__
+  real = baseline_run.Run.__init__
 
   def spy(self, *a, **kw):
     real(self, *a, **kw)
     runs.append(self)
 
-  monkeypatch.setattr(baselines._Run, "__init__", spy)
+  monkeypatch.setattr(baseline_run.Run, "__init__", spy)
   call = lambda **kw: search.random_search(search_job, cluster_2x8, "split", space=compact_space,
                                            batch=64, **kw)
   call(budget_s=0.0)
   call(budget_s=0.0, tables=False)
   assert [r.labelled for r in runs] == [False, False]
-  monkeypatch.setattr(baselines, "TABLES_BUDGET_S", 0.0)
+  monkeypatch.setattr(baseline_run, "TABLES_BUDGET_S", 0.0)
   call(budget_s=0.0)  # builds them: the budget reaches the threshold
-  monkeypatch.setattr(baselines, "TABLES_BUDGET_S", 1e9)
+  monkeypatch.setattr(baseline_run, "TABLES_BUDGET_S", 1e9)
   call(budget_s=0.0)  # finds them kept
   call(budget_s=0.0, tables=False)
   assert [r.labelled for r in runs[2:]] == [True, True, False]
@@ -196,5 +198,5 @@ def test_sampled_baselines_refuse_a_tables_value_that_is_not_a_bool(search_job, 
 
 def test_a_baseline_run_refuses_an_unknown_scorer(search_job, cluster_2x8, compact_space):
   with pytest.raises(ValueError, match=r"scorer='labels' must be 'enumerate' or 'sampled'"):
-    baselines._Run(search_job, cluster_2x8, "split", compact_space, None, 64, 5,
+    baseline_run.Run(search_job, cluster_2x8, "split", compact_space, None, 64, 5,
                    scorer="labels")

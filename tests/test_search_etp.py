@@ -10,9 +10,9 @@ import pytest
 import costmodel as cm
 import export
 import search
-from search._src import baselines
 from search._src import frameworks as fw_lib
 from search._src import space as space_lib
+from search._src import valid_space
 
 
 def _job(model, prompts=64.0):
@@ -43,7 +43,7 @@ def test_moe_spaces_offer_etp_and_dense_ones_do_not(cluster_2x8):
 def test_each_option_sets_the_layouts_expert_tp(cluster_2x8):
   fs = space_lib.build("colocated", _job("qwen3-30b-a3b"), cluster_2x8,
                        search.SpaceOptions.compact())
-  rows = baselines._Blocks(fs).sample(np.random.default_rng(0), 400)
+  rows = valid_space.Blocks(fs).sample(np.random.default_rng(0), 400)
   tp, ep = rows[:, fs.index("actor.tp")], rows[:, fs.index("actor.ep")]
   rows = rows[(tp > 1) & (ep > 1)]
   assert len(rows)
@@ -77,7 +77,7 @@ def test_frameworks_without_etp_keep_one_option(name, has, cluster_2x8):
   fs = fw.build(fw_lib.families_for(job, name)[0], job, cluster_2x8)
   assert ("actor.etp" in fs.names) == has
   if not has:  # every plan keeps each expert whole
-    rows = baselines._Blocks(fs).sample(np.random.default_rng(1), 50)
+    rows = valid_space.Blocks(fs).sample(np.random.default_rng(1), 50)
     assert all(float(fs.to_plan(r).role("actor").train.etp) == 1.0 for r in rows)
 
 
@@ -88,7 +88,7 @@ def test_expert_tp_plans_of_the_space_export(name, cluster_2x8):
   seen = 0
   for fam in fw_lib.families_for(job, name):
     fs = fw.build(fam, job, cluster_2x8, search.SpaceOptions.compact())
-    rows = baselines._Blocks(fs).sample(np.random.default_rng(2), 200)
+    rows = valid_space.Blocks(fs).sample(np.random.default_rng(2), 200)
     rows = rows[(rows[:, fs.index("actor.etp")] == 1.0) & (rows[:, fs.index("actor.ep")] > 1)
                 & (rows[:, fs.index("actor.tp")] > 1)]
     for row in rows[:5]:

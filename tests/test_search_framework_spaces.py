@@ -15,9 +15,9 @@ import pytest
 import costmodel as cm
 import export
 import search
-from search._src import baselines
 from search._src import frameworks as fw_lib
 from search._src import space as space_lib
+from search._src import valid_space
 
 _FRAMEWORKS = fw_lib.NAMES[1:]
 
@@ -103,8 +103,8 @@ def test_space_size_is_the_frameworks(ppo_job, cluster_2x8, compact_space):
   # offload fixed (two settings fewer), what optimize searches.
   verl = search.space_size(ppo_job, cluster_2x8, "split", compact_space, framework="verl")
   fw = fw_lib.get("verl")
-  built = baselines._Blocks(fw.build("split", ppo_job, cluster_2x8, compact_space)).size
-  full = baselines._Blocks(_unfixed(fw, "split", ppo_job, cluster_2x8, compact_space)).size
+  built = valid_space.Blocks(fw.build("split", ppo_job, cluster_2x8, compact_space)).size
+  full = valid_space.Blocks(_unfixed(fw, "split", ppo_job, cluster_2x8, compact_space)).size
   assert verl == built and full == 2 * verl
   assert search.space_size(ppo_job, cluster_2x8, "split", compact_space) > verl
 

@@ -10,10 +10,10 @@ import pytest
 import costmodel as cm
 import export
 import search
-from search._src import baselines
 from search._src import frameworks as fw_lib
 from search._src import result as result_lib
 from search._src import space as space_lib
+from search._src import valid_space
 
 
 def test_pool_sizes_follow_the_rules(search_job, cluster_2x8):
@@ -40,7 +40,7 @@ def test_batch_rule_drops_layouts_whose_dp_does_not_divide_the_batch(search_job,
   def dps(rule_sets):
     fs = space_lib.build("colocated", odd, cluster_2x8, compact_space,
                          rule_sets=rule_sets)
-    rows = baselines._Blocks(fs).sample(np.random.default_rng(0), 400)
+    rows = valid_space.Blocks(fs).sample(np.random.default_rng(0), 400)
     return set(16.0 / (rows[:, fs.index("actor.tp")] * rows[:, fs.index("actor.pp")]
                        * rows[:, fs.index("actor.cp")]))
 
@@ -55,7 +55,7 @@ def test_plans_the_space_admits_export(name, search_job, cluster_2x8, compact_sp
   rng = np.random.default_rng(1)
   for fam in fw_lib.families_for(search_job, name, max_staleness=1, partial_rollout=True):
     fs = fw.build(fam, search_job, cluster_2x8, compact_space)
-    rows = baselines._Blocks(fs).sample(rng, 40)
+    rows = valid_space.Blocks(fs).sample(rng, 40)
     assert len(rows), fam
     for row in rows:
       plan = fs.to_plan(row)
@@ -68,7 +68,7 @@ def test_ties_give_the_critic_the_actors_settings(cluster_2x8, compact_space):
   fs = fw_lib.get("openrlhf").build("split_async", ppo, cluster_2x8, compact_space)
   assert fs.index("critic.tp") == fs.index("actor.tp")
   assert len(fs.var("critic.tp").options) > 1  # the actor's options
-  rows = baselines._Blocks(fs).sample(np.random.default_rng(2), 20)
+  rows = valid_space.Blocks(fs).sample(np.random.default_rng(2), 20)
   for row in rows:
     plan = fs.to_plan(row)
     actor, critic = (next(r for r in plan.roles if r.role == k).train for k in ("actor", "critic"))

@@ -19,7 +19,6 @@ import pytest
 import costmodel as cm
 import export
 import search
-from search._src import baselines
 from search._src import compile_cache
 from search._src import evaluate
 from search._src import frameworks as fw_lib
@@ -27,6 +26,7 @@ from search._src import relax
 from search._src import result as result_lib
 from search._src import space as space_lib
 from search._src import trace_cache
+from search._src import valid_space
 
 _FRAMEWORKS = fw_lib.NAMES[1:]
 
@@ -44,7 +44,7 @@ def test_to_plan_is_the_plan_as_the_framework_runs_it(name, search_job, cluster_
   for fam in fw_lib.families_for(search_job, name, max_staleness=1, partial_rollout=True):
     fs = fw.build(fam, search_job, cluster_2x8, compact_space)
     assert fs.structure.runs_as == name
-    rows = baselines._Blocks(fs).sample(rng, 8)
+    rows = valid_space.Blocks(fs).sample(rng, 8)
     traced = jax.jit(fs.to_plan)
     for row in rows:
       plan = fs.to_plan(row)
@@ -62,7 +62,7 @@ def test_forced_settings_by_framework(search_job, cluster_2x8, compact_space):
 
   def plan(name, fam):
     fs = fw_lib.get(name).build(fam, search_job, cluster_2x8, compact_space)
-    return fs.to_plan(baselines._Blocks(fs).sample(rng, 1)[0])
+    return fs.to_plan(valid_space.Blocks(fs).sample(rng, 1)[0])
 
   colocated, split = plan("verl", "colocated"), plan("verl", "split")
   assert (colocated.engine.sync_backend, split.engine.sync_backend) == ("per_tensor", "bucketed")
@@ -79,14 +79,14 @@ def test_forced_settings_by_framework(search_job, cluster_2x8, compact_space):
   # ``any`` forces nothing: the engine keeps its default weight sync.
   fs = space_lib.build("split", search_job, cluster_2x8, compact_space)
   assert fs.structure.runs_as == "any"
-  assert fs.to_plan(baselines._Blocks(fs).sample(rng, 1)[0]).engine.sync_backend == "per_tensor"
+  assert fs.to_plan(valid_space.Blocks(fs).sample(rng, 1)[0]).engine.sync_backend == "per_tensor"
 
 
 def test_the_evaluator_scores_the_plan_as_run(search_job, cluster_2x8, compact_space):
   # veRL split: the evaluator's step times are cm.estimate of the adapted plans, not of the
   # plans as built (bucketed sync and a host-resident reference change them).
   fs = fw_lib.get("verl").build("split", search_job, cluster_2x8, compact_space)
-  rows = baselines._Blocks(fs).sample(np.random.default_rng(5), 6)
+  rows = valid_space.Blocks(fs).sample(np.random.default_rng(5), 6)
   scores = evaluate.Evaluator(fs, full=True).scores(rows)
   e = export.get("verl")
   raw = _as_any(fs)
@@ -105,7 +105,7 @@ def test_ranking_with_the_forced_settings_picks_a_faster_plan(search_job, cluste
   # built, then adapted and re-estimated (top five distinct layouts), the best is a ZeRO-1
   # plan; ranked as run, a ZeRO-3 plan the as-built ranking puts further down is faster.
   fs = fw_lib.get("nemo_rl").build("colocated", search_job, cluster_2x8, compact_space)
-  blocks = baselines._Blocks(fs)
+  blocks = valid_space.Blocks(fs)
   rows = np.concatenate([blocks.decode(p, 0, int(c)) for p, c in enumerate(blocks.counts)], 0)
   as_run = evaluate.Evaluator(fs, full=True).scores(rows)
   as_built = evaluate.Evaluator(_as_any(fs), full=True).scores(rows)

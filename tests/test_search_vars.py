@@ -11,9 +11,9 @@ import pytest
 
 import costmodel as cm
 import search
-from search._src import baselines
 from search._src import frameworks as fw_lib
 from search._src import space as space_lib
+from search._src import valid_space
 
 # DeepSeek-V2-Lite (deepseek-ai/DeepSeek-V2-Lite, config.json): MLA (latent KV of 512 + 64
 # per layer), 64 routed experts top-6, 2 shared, the first layer dense; about 15.7B weights.
@@ -71,7 +71,7 @@ def test_dp_attention_plans_the_space_admits_export(name, cluster_2x8):
   seen = 0
   for fam in fw_lib.families_for(job, name, max_staleness=1, partial_rollout=True):
     fs = fw.build(fam, job, cluster, search.SpaceOptions.compact())
-    rows = baselines._Blocks(fs).sample(rng, 30)
+    rows = valid_space.Blocks(fs).sample(rng, 30)
     rows = rows[rows[:, fs.index("engine.dp_attention")] == 1.0]
     for row in rows:
       plan = fs.to_plan(row)
@@ -85,7 +85,7 @@ def test_areal_exports_interleaved_plans_and_the_plan_file_round_trips(tmp_path,
   import export  # pylint: disable=g-import-not-at-top
   job = _job(cm.models.get("llama-3.1-70b"), prompts=16.0)
   fs = fw_lib.get("areal").build("split", job, cluster_2x8, search.SpaceOptions.compact())
-  rows = baselines._Blocks(fs).sample(np.random.default_rng(4), 200)
+  rows = valid_space.Blocks(fs).sample(np.random.default_rng(4), 200)
   rows = rows[rows[:, fs.index("actor.vpp")] > 1]
   assert len(rows)
   plan = fs.to_plan(rows[0])
@@ -104,7 +104,7 @@ def test_areal_exports_interleaved_plans_and_the_plan_file_round_trips(tmp_path,
 
 
 def _valid_row(fs, rng, **set_to):
-  rows = baselines._Blocks(fs).sample(rng, 200)
+  rows = valid_space.Blocks(fs).sample(rng, 200)
   for k, v in set_to.items():
     rows = rows[rows[:, fs.index(k)] == v]
   assert len(rows), set_to

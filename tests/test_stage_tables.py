@@ -8,18 +8,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import score_checks
 
 import costmodel as cm
-from search._src import baselines
+import search
+from search._src import baseline_run
 from search._src import evaluate
 from search._src import frameworks as fw_lib
 from search._src import stage_tables
-import score_checks
+from search._src import valid_space
 
 
 def _family(job, cluster, space, family):
   fs = fw_lib.get("any").build(family, job, cluster, space, "bf16")
-  return fs, baselines._Blocks(fs)
+  return fs, valid_space.Blocks(fs)
 
 
 @pytest.fixture(scope="module")
@@ -102,9 +104,9 @@ def test_the_tables_are_read(split):
 
 def test_enumeration_with_tables_finds_the_same_plans(search_job, cluster_2x8, compact_space,
                                                        monkeypatch):
-  want = baselines.enumerate_plans(search_job, cluster_2x8, "split", compact_space)
-  monkeypatch.setattr(baselines, "TABLES_FROM", 0)
-  got = baselines.enumerate_plans(search_job, cluster_2x8, "split", compact_space)
+  want = search.enumerate_plans(search_job, cluster_2x8, "split", compact_space)
+  monkeypatch.setattr(baseline_run, "TABLES_FROM", 0)
+  got = search.enumerate_plans(search_job, cluster_2x8, "split", compact_space)
   assert got.best_plan == want.best_plan
   np.testing.assert_allclose([float(e.step_time_s) for _, e in got.top],
                              [float(e.step_time_s) for _, e in want.top], rtol=1e-6)

@@ -39,9 +39,9 @@ from typing import NamedTuple
 import numpy as np
 
 import costmodel as cm
-from search._src import baselines
-from search._src import cut_dp
+from search._src import cut_tree
 from search._src import evaluate
+from search._src import kept_spaces
 from search._src import space as space_lib
 
 # Pool sizes per leaf whose rows are scored again next to heavy neighbours.
@@ -83,7 +83,7 @@ def _check_mode(fs: space_lib.FamilySpace) -> None:
                      "engine's layout; the bound needs each leaf's times to be its own")
 
 
-def _moved(run: cut_dp._Family, keys: list[tuple[int, tuple]], alone: set[int]
+def _moved(run: cut_tree.CutFamily, keys: list[tuple[int, tuple]], alone: set[int]
            ) -> tuple[float, float, int]:
   """Largest relative change of a leaf's time, and absolute change of the
   memory excess of a leaf in ``alone``, when the other leaves take their
@@ -108,7 +108,7 @@ def _moved(run: cut_dp._Family, keys: list[tuple[int, tuple]], alone: set[int]
   return dt, dx, rows
 
 
-def _check_keys(run: cut_dp._Family, p: int, n: int) -> list[tuple[int, tuple]]:
+def _check_keys(run: cut_tree.CutFamily, p: int, n: int) -> list[tuple[int, tuple]]:
   """(leaf, key) pairs to check: each leaf's keys of pool combination ``p``
   and up to ``n - 1`` more, spread over its sorted keys."""
   out = []
@@ -146,17 +146,17 @@ def lower_bound(job: cm.RLJob, cluster: cm.Cluster, family: str,
       leaves' layouts.
   """
   t0 = time.perf_counter()
-  why = baselines.why_empty(job, cluster, family, space, framework)
+  why = kept_spaces.why_empty(job, cluster, family, space, framework)
   if why is not None:  # no valid plan: nothing beats inf, and the bound says why
     return FamilyBound(family, np.inf, {}, (), 0, time.perf_counter() - t0, empty=why)
-  _, fs, blocks = baselines._valid_space(job, cluster, family, space, framework)
+  _, fs, blocks = kept_spaces.valid_space(job, cluster, family, space, framework)
   _check_mode(fs)
   eff = efficiency if efficiency is not None else cm.Efficiency()
-  run = cut_dp._Family(fs, eff, chunk, keep=1, blocks=blocks)
+  run = cut_tree.CutFamily(fs, eff, chunk, keep=1, blocks=blocks)
   on_pool = [run.pool_of_leaf(name) for name, *_ in run.leaves]
   alone = {k for k, pool in enumerate(on_pool) if on_pool.count(pool) == 1}
   work = [(lvl, 0, k, key) for lvl, k, key in run.items()]
-  cut_dp._score_leaves([run], work, chunk)
+  cut_tree.score_leaves([run], work, chunk)
   rows = run.ev.count
   if any(np.isnan(v).any() for v in run.low.values()):
     raise ValueError(f"lower_bound: family={family!r} has a leaf layout whose stage time "
