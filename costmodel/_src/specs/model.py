@@ -14,8 +14,8 @@ import dataclasses
 
 from costmodel._src import pytree
 from costmodel._src.specs import mixers
-
-LAYER_TYPES = ("full_attention", "sliding_attention", "linear_attention")
+from costmodel._src.specs import model_checks
+from costmodel._src.specs.model_checks import LAYER_TYPES
 
 
 @pytree.pytree_dataclass
@@ -102,57 +102,7 @@ class ModelSpec:
   mtp_layers: int = pytree.static_field(default=0)
 
   def __post_init__(self):
-    owner = f"ModelSpec({self.name!r})"
-    pytree.check_integer(owner, 1, rule="a positive integer", **{f: getattr(self, f) for f in (
-        "n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "vocab")})
-    pytree.check_integer(owner, 0, rule="a non-negative integer", **{f: getattr(self, f) for f in (
-        "ffn_hidden", "learned_positions", "n_experts", "top_k", "expert_ffn_hidden",
-        "shared_ffn_hidden", "first_dense_layers", "q_lora_rank", "kv_lora_rank",
-        "qk_rope_head_dim", "v_head_dim", "embed_dim", "sliding_window", "linear_k_heads",
-        "linear_v_heads", "linear_k_dim", "linear_v_dim", "linear_conv", "index_heads",
-        "index_head_dim", "index_topk", "mtp_layers")})
-    self._check_layer_types(owner)
-    if self.n_heads % self.n_kv_heads:
-      raise ValueError(
-          f"{owner}: n_heads={self.n_heads} must be divisible by "
-          f"n_kv_heads={self.n_kv_heads}")
-    if self.n_experts:
-      if not 1 <= self.top_k <= self.n_experts:
-        raise ValueError(
-            f"{owner}: top_k={self.top_k} must lie in [1, n_experts={self.n_experts}]")
-      if self.expert_ffn_hidden <= 0:
-        raise ValueError(f"{owner}: expert_ffn_hidden={self.expert_ffn_hidden} "
-                         "must be > 0 for an MoE model")
-      if self.first_dense_layers > self.n_layers:
-        raise ValueError(f"{owner}: first_dense_layers={self.first_dense_layers} "
-                         f"exceeds n_layers={self.n_layers}")
-    elif self.top_k:
-      raise ValueError(f"{owner}: top_k={self.top_k} needs n_experts > 0")
-    if (self.n_experts == 0 or self.first_dense_layers) and self.ffn_hidden <= 0:
-      raise ValueError(f"{owner}: ffn_hidden={self.ffn_hidden} must be > 0")
-    if self.q_lora_rank and not self.kv_lora_rank:
-      raise ValueError(f"{owner}: q_lora_rank={self.q_lora_rank} needs kv_lora_rank > 0 (MLA)")
-
-  def _check_layer_types(self, owner: str) -> None:
-    types = self.layer_types
-    if not isinstance(types, tuple) or (types and len(types) != self.n_layers) or any(
-        t not in LAYER_TYPES for t in types):
-      raise ValueError(f"{owner}: layer_types={types!r} must be empty or a tuple of "
-                       f"n_layers={self.n_layers} names from {LAYER_TYPES}")
-    if "sliding_attention" in types and self.sliding_window <= 0:
-      raise ValueError(f"{owner}: sliding_window={self.sliding_window} must be > 0 "
-                       "with sliding_attention layers")
-    linear = ("linear_k_heads", "linear_v_heads", "linear_k_dim", "linear_v_dim",
-              "linear_conv")
-    if "linear_attention" in types and any(getattr(self, f) <= 0 for f in linear):
-      raise ValueError(f"{owner}: linear_attention layers need {', '.join(linear)} > 0, got "
-                       f"{[getattr(self, f) for f in linear]}")
-    if "linear_attention" in types and self.linear_v_heads % self.linear_k_heads:
-      raise ValueError(f"{owner}: linear_v_heads={self.linear_v_heads} must be divisible by "
-                       f"linear_k_heads={self.linear_k_heads}")
-    if self.index_topk and (self.index_heads <= 0 or self.index_head_dim <= 0):
-      raise ValueError(f"{owner}: index_topk={self.index_topk} needs index_heads and "
-                       "index_head_dim > 0")
+    model_checks.check(self)
 
   # ----- structure ---------------------------------------------------------
 
