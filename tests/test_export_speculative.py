@@ -90,8 +90,11 @@ def test_hand_written_nemo_rl_config_in_the_eagle3_recipe_shape_imports_its_draf
   got = back.plan.engine.speculative
   assert (got.kind, float(got.draft_tokens), float(got.acceptance)) == ("eagle", 3.0, 0.75)
   assert f"{SPEC}.draft_tensor_parallel_size" in " ".join(back.not_modelled)
-  with pytest.raises(ValueError, match=r"give speculative_acceptance="):
-    export.read_config("nemo_rl", cfg, **_given(job, plan))
+  # no acceptance given: vLLM #29334's EAGLE measurement, 1.70 tokens per step at k = 1
+  assumed = export.read_config("nemo_rl", cfg, **_given(job, plan))
+  assert float(assumed.plan.engine.speculative.acceptance) == pytest.approx(0.70)
+  assert any("speculative acceptance 0.7 per draft token assumed" in n
+             for n in assumed.not_modelled)
   cfg["policy"]["generation"]["vllm_kwargs"]["speculative_config"]["method"] = "medusa"
   with pytest.raises(ValueError, match=rf"{SPEC}.method='medusa' is not one of"):
     export.read_config("nemo_rl", cfg, **_given(job, plan, 0.75))
@@ -136,7 +139,7 @@ def test_estimate_cli_takes_the_acceptance_of_an_imported_draft(tmp_path, capsys
   path = tmp_path / "run.yaml"
   path.write_text(export.get("nemo_rl").render(export.to_nemo_rl(plan, job, cluster, **options)))
   argv = ["--from_nemo_rl", str(path), "--response_mean", "1500", "--model", job.actor.name]
-  assert estimate_cli.call(argv) == 2
-  assert "(--speculative_acceptance)" in capsys.readouterr().err
+  assert estimate_cli.call(argv) in (0, 1)
+  assert "give --speculative_acceptance for this draft" in capsys.readouterr().out
   assert estimate_cli.call(argv + ["--speculative_acceptance", "0.6"]) in (0, 1)
   assert "speculative acceptance 0.6 per draft token" in capsys.readouterr().out

@@ -158,9 +158,27 @@ def test_verl_model_engine_and_lora(tmp_path):
       '"$@"', "model_engine=megatron"), "m.sh"), response_mean=1000)
   assert float(imp.plan.roles[0].train.tp) == 4
   assert "actor_rollout_ref.actor.fsdp_config.param_offload=True" in imp.not_modelled
-  with pytest.raises(ValueError, match="model_engine='veomni'"):
-    export.read_config("verl", _script(tmp_path, text.replace('"$@"', "model_engine=veomni"),
-                                       "v.sh"), response_mean=1000)
+  with pytest.raises(ValueError, match="model_engine='torchtitan'"):
+    export.read_config("verl", _script(tmp_path, text.replace(
+        '"$@"', "model_engine=torchtitan"), "t.sh"), response_mean=1000)
+
+
+def test_quoted_continuations_and_a_composed_string_split_around_an_unknown(tmp_path):
+  path = _script(tmp_path, """      model_path=${model_path:-$HOME/models/Qwen3-8B}
+      ACTOR="
+          actor.lr=1e-6 \\
+          model.path=$model_path"
+      ACTOR="$ACTOR extra.key=1"
+      EXTRA=(
+          $ACTOR
+      )
+      python3 -m verl.trainer.main_ppo "${EXTRA[@]}"
+      """)
+  run = shell.read_script(path)
+  # the backslash-newline inside double quotes joins the lines; the composed string splits
+  # on its own blanks though one of its parts is unknown ($HOME)
+  assert run.commands[-1][3:] == ["actor.lr=1e-6", "model.path=${HOME}/models/Qwen3-8B",
+                                  "extra.key=1"]
 
 
 def test_verl_unassigned_variable_in_a_cost_setting_is_refused_naming_it(tmp_path):

@@ -89,11 +89,17 @@ def _verl(path):
         f[f"actor {name}"] = _int(v)
   else:
     v = o.get(f"{a}.ulysses_sequence_parallel_size",
-              o.get(f"{a}.fsdp_config.ulysses_sequence_parallel_size"))
+              o.get(f"{a}.fsdp_config.ulysses_sequence_parallel_size",
+                    o.get(f"{a}.veomni.ulysses_parallel_size",
+                          o.get(f"{a}.fsdp_config.turbo_config.distributed."
+                                "ulysses_parallel_size"))))
     if v is not None:
       f["actor cp"] = _int(v)
   v = o.get("actor_rollout_ref.rollout.tensor_model_parallel_size")
-  if v is not None:
+  ep = _int(o.get("actor_rollout_ref.rollout.expert_parallel_size", 1)) or 1
+  if ep > (_int(v) if v is not None else 2):  # experts across DP ranks: E GPUs per engine
+    f["engine ep"] = ep
+  elif v is not None:
     f["engine tp"] = _int(v)
   f["lora rank"] = _int(o.get("actor_rollout_ref.model.lora_rank", 0)) or 0
   if str(o.get(f"{a}.use_dynamic_bsz")) == "True" and o.get(
@@ -140,8 +146,10 @@ def _nemo_rl(path):
     v = c.get(f"{p}.dtensor_cfg.tensor_parallel_size")
     if v is not None:
       f["actor tp"] = _int(v)
-  v = (c.get(f"{p}.generation.sglang_cfg.tp_size") if c.get(f"{p}.generation.backend") == "sglang"
-       else c.get(f"{p}.generation.vllm_cfg.tensor_parallel_size"))
+  backend = c.get(f"{p}.generation.backend", "vllm")
+  v = {"sglang": c.get(f"{p}.generation.sglang_cfg.tp_size"),
+       "trtllm": c.get(f"{p}.generation.trtllm_cfg.tensor_parallel_size"),
+       "megatron": None}.get(backend, c.get(f"{p}.generation.vllm_cfg.tensor_parallel_size"))
   if v is not None:
     f["engine tp"] = _int(v)
   lora = f"{p}.megatron_cfg.peft" if mega else f"{p}.dtensor_cfg.lora_cfg"
@@ -200,6 +208,8 @@ def _imported(fact: str, imp) -> object:
     return int(float(getattr(t, fact[6:])))
   if fact == "engine tp":
     return int(float(plan.engine.tp))
+  if fact == "engine ep":
+    return int(float(plan.engine.ep))
   if fact == "lora rank":
     return int(float(job.lora.rank)) if job.lora is not None else 0
   if fact == "actor token budget":

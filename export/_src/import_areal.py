@@ -32,7 +32,7 @@ from export._src.importing import number
 
 FW = "AReaL"
 UNEXPRESSED = {"reference.infer": ("micro_batch", "zero_stage", "recompute")}
-_BACKEND = re.compile(r"(fsdp|megatron|sglang|vllm):((?:[a-z][1-9][0-9]*)+)")
+_BACKEND = re.compile(r"(fsdp|megatron|archon|sglang|vllm):((?:[a-z][1-9][0-9]*)+)")
 
 
 def read_source(source: Any) -> dict[str, Any]:
@@ -65,20 +65,30 @@ def _backend(o: dict, key: str) -> tuple[str, dict[str, int]]:
   return m.group(1), {k: int(x) for k, x in re.findall(r"([a-z])([0-9]+)", m.group(2))}
 
 
-def _layout(o: dict, role: str, samples: int, trained: bool,
-            seq: float = 1.0) -> tuple[cm.Parallel, int]:
-  """A train engine's layout and its GPUs (``d x p x t x c``)."""
+def _layout(o: dict, role: str, samples: int, trained: bool, seq: float = 1.0,
+            notes: list[str] | None = None) -> tuple[cm.Parallel, int]:
+  """A train engine's layout and its GPUs (``d x p x t x c``). The ``archon`` engine
+  (areal/experimental/engine/archon_engine.py @4aef98d: FSDP2 over the data-parallel ranks,
+  ``archon.offload_params``) with data and context parallelism only is FSDP; its TP, PP
+  and EP meshes have no layout in the cost model."""
   kind, dims = _backend(o, f"{role}.backend")
   if kind in ("sglang", "vllm"):
     raise ValueError(f"{FW}: {role}.backend={o[f'{role}.backend']!r} is an inference backend")
+  if kind == "archon":
+    if set(dims) - {"d", "c"}:
+      raise ValueError(f"{FW}: {role}.backend={o[f'{role}.backend']!r}: the archon engine's "
+                       "TP, PP and EP meshes have no layout in the cost model (d and c only)")
+    if notes is not None:
+      notes.append(f"{role}.backend={o[f'{role}.backend']!r}: the archon engine costed as "
+                   "FSDP over its data-parallel ranks (its own kernels not modelled)")
   tp, pp, cp, ep = (dims.get(k, 1) for k in "tpce")
   gpus = dims.get("d", 1) * pp * tp * cp
   f: dict[str, Any] = dict(tp=tp, pp=pp, cp=cp, ep=ep, swap=float(flag(o, f"{role}.offload", FW)))
   if "etp" in dims:
     f["etp"] = dims["etp"]
   m = f"{role}.megatron"
-  if kind == "fsdp":
-    f.update(zero_stage=3, offload=float(flag(o, f"{role}.fsdp.offload_params", FW)),
+  if kind in ("fsdp", "archon"):
+    f.update(zero_stage=3, offload=float(flag(o, f"{role}.{kind}.offload_params", FW)),
              recompute=2.0 if flag(o, f"{role}.gradient_checkpointing", FW) else 0.0)
   else:
     granularity = o.get(f"{m}.recompute_granularity", "full")
@@ -161,16 +171,16 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   colocated = o.get("rollout.scheduling_strategy.type", "separation") == "colocation"
   pool = "all" if colocated else "train"
   seq = float(job.prompt_len) + float(g.response_mean)
-  actor, gpus = _layout(o, "actor", samples, trained=True, seq=seq)
+  actor, gpus = _layout(o, "actor", samples, trained=True, seq=seq, notes=notes)
   if colocated:  # colocation offloads the actor while SGLang generates
     actor = actor.replace(swap=1.0)
   roles = [cm.RolePlan("actor", pool, train=actor, infer=actor)]
   if use_ref:
-    ref, _ = _layout(o, "ref", samples, trained=False)
+    ref, _ = _layout(o, "ref", samples, trained=False, notes=notes)
     roles.append(cm.RolePlan("reference", pool, infer=ref.replace(
         micro_batch=actor.micro_batch, zero_stage=actor.zero_stage, recompute=actor.recompute)))
   if algorithm == "ppo":
-    critic, _ = _layout(o, "critic", samples, trained=True, seq=seq)
+    critic, _ = _layout(o, "critic", samples, trained=True, seq=seq, notes=notes)
     roles.append(cm.RolePlan("critic", pool, train=critic, infer=critic))
   tp, pp = dims.get("t", 1), dims.get("p", 1)
   engine = _sglang(o, g, dims) if kind == "sglang" else _vllm(o, g, dims)

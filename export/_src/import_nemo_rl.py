@@ -28,9 +28,10 @@ from typing import Any
 
 import costmodel as cm
 from export._src import compose
+from export._src import fp8_recipes
 from export._src import importing
+from export._src import nemo_rl_engines
 from export._src import speculative_keys
-from export._src.importing import choice
 from export._src.importing import flag
 from export._src.importing import number
 
@@ -48,7 +49,7 @@ def read_source(source: Any) -> dict[str, Any]:
   return compose.read(source, FW, inherit=True)
 
 
-def _layout(o: dict, pre: str, micro: float) -> cm.Parallel:
+def _layout(o: dict, pre: str, micro: float, notes: list[str]) -> cm.Parallel:
   """A trained model's layout from ``{pre}.megatron_cfg`` or ``{pre}.dtensor_cfg``."""
   if flag(o, f"{pre}.megatron_cfg.enabled", FW):
     m = f"{pre}.megatron_cfg"
@@ -76,14 +77,13 @@ def _layout(o: dict, pre: str, micro: float) -> cm.Parallel:
   else:
     raise ValueError(f"{FW}: {pre}.dtensor_cfg.enabled and {pre}.megatron_cfg.enabled are both "
                      "False; one backend must be on")
-  fp8 = flag(o, f"{pre}.megatron_cfg.enabled", FW) and flag(
-      o, f"{pre}.megatron_cfg.fp8_cfg.enabled", FW)
-  if fp8 and (o.get(f"{pre}.megatron_cfg.fp8_cfg.fp8_recipe") != "delayed"
-              or flag(o, f"{pre}.megatron_cfg.fp8_cfg.fp8_param", FW)):
-    raise ValueError(f"{FW}: {pre}.megatron_cfg.fp8_cfg: the cost model's FP8 training is "
-                     "fp8_recipe delayed with BF16 parameters (fp8_param false)")
-  return cm.Parallel(micro_batch=micro, sequence_parallel=sp,
-                     precision=cm.Precision(compute="fp8") if fp8 else cm.Precision(),
+  c = f"{pre}.megatron_cfg.fp8_cfg"
+  precision = cm.Precision()
+  if flag(o, f"{pre}.megatron_cfg.enabled", FW) and flag(o, f"{c}.enabled", FW):
+    precision = fp8_recipes.training(FW, c, o.get(f"{c}.fp8", "e4m3"),
+                                     o.get(f"{c}.fp8_recipe"), flag(o, f"{c}.fp8_param", FW),
+                                     notes)
+  return cm.Parallel(micro_batch=micro, sequence_parallel=sp, precision=precision,
                      **{k: float(v) for k, v in f.items()})
 
 
@@ -155,7 +155,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   mb = "policy.dynamic_batching" if flag(o, "policy.dynamic_batching.enabled", FW) else (
       "policy.sequence_packing")
   train = _layout(o, "policy", _micro(o, "policy.train_micro_batch_size", f"{mb}.train_mb_tokens",
-                                      seq)).replace(
+                                      seq), notes).replace(
       swap=1.0 if colocated or section == "ppo" else 0.0)
   infer = train.replace(micro_batch=_micro(o, "policy.logprob_batch_size",
                                            f"{mb}.logprob_mb_tokens", seq))
@@ -163,7 +163,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   if use_ref:
     roles.append(cm.RolePlan("reference", "train", infer=infer))
   if section == "ppo":
-    critic = _layout(o, "value", float(number(o, "value.train_micro_batch_size", FW)))
+    critic = _layout(o, "value", float(number(o, "value.train_micro_batch_size", FW)), notes)
     roles.append(cm.RolePlan("critic", "train", train=critic))
 
   nodes, per_node = number(o, "cluster.num_nodes", FW), number(o, "cluster.gpus_per_node", FW)
@@ -192,12 +192,8 @@ def read(source: Any, **missing: Any) -> importing.Imported:
                        infer=r.infer) for r in roles]
   pools[policy_pool] = rest
 
-  sync = "ipc" if colocated else choice(
-      o, "policy.generation.refit_transport", FW, {None: "bucketed", "nccl_reshard": "reshard"})
-  backend = choice(o, "policy.generation.backend", FW, {"vllm": _vllm, "sglang": _sglang},
-                   "vllm")
-  engine = backend(o, g).replace(sync_backend=sync, speculative=speculative_keys.read_nemo_rl(
-      o, g.speculative_acceptance, notes))
+  engine = nemo_rl_engines.read(o, g, actor, train, colocated, notes).replace(
+      speculative=speculative_keys.read_nemo_rl(o, g.speculative_acceptance, notes))
   a = f"{section}.async_{section}"
   mode = cm.Mode()
   if flag(o, f"{a}.enabled", FW):
@@ -217,34 +213,6 @@ _RELEVANT = (r"^(?!.*(mcore_generation_config|real_quant)).*(offload|parallel_si
              r"max_num_seqs|enforce_eager|gpus_per_node|num_nodes|max_trajectory_age|"
              r"activation_checkpointing|recompute|colocated\.enabled|megatron_cfg\.enabled|"
              r"dtensor_cfg\.enabled|async_\w+\.enabled|backend$)")
-
-
-def _vllm(o: dict, g: importing.Given) -> cm.Engine:
-  v = "policy.generation.vllm_cfg"
-  return cm.Engine(
-      tp=float(number(o, f"{v}.tensor_parallel_size", FW)),
-      pp=float(number(o, f"{v}.pipeline_parallel_size", FW, 1)),
-      ep=float(number(o, f"{v}.expert_parallel_size", FW, 1)),
-      memory_fraction=float(number(o, f"{v}.gpu_memory_utilization", FW, kind=float, minimum=0)),
-      max_seqs=float(number(o, "policy.generation.vllm_kwargs.max_num_seqs", FW,
-                            g.engine_max_seqs)),
-      # vllm_worker.py @7ea279a (_resolve_enable_prefix_caching) passes vllm_cfg's key to
-      # vLLM; unset, it is on for compute capability >= 8 (every accelerator preset)
-      prefix_caching=flag(o, f"{v}.enable_prefix_caching", FW, True),
-      cuda_graphs=not flag(o, f"{v}.enforce_eager", FW, False))
-
-
-def _sglang(o: dict, g: importing.Given) -> cm.Engine:
-  """``policy.generation.sglang_cfg`` (SGLang's server arguments by name)."""
-  c = "policy.generation.sglang_cfg"
-  return cm.Engine(
-      tp=float(number(o, f"{c}.tp_size", FW, 1)), pp=float(number(o, f"{c}.pp_size", FW, 1)),
-      ep=float(number(o, f"{c}.ep_size", FW, 1)),
-      memory_fraction=float(number(o, f"{c}.mem_fraction_static", FW, kind=float, minimum=0)),
-      max_seqs=float(number(o, f"{c}.max_running_requests", FW, g.engine_max_seqs)),
-      prefix_caching=not flag(o, f"{c}.disable_radix_cache", FW),
-      cuda_graphs=not flag(o, f"{c}.disable_cuda_graph", FW),
-      dp_attention=flag(o, f"{c}.enable_dp_attention", FW))
 
 
 def _lora(o: dict) -> cm.LoRA | None:

@@ -8,7 +8,8 @@ the actor trains on ``train`` (``--actor-num-nodes x --actor-num-gpus-per-node``
 and the engines take ``gen`` (``--rollout-num-gpus``). The critic (PPO) and
 the reference share the actor's GPUs and its Megatron flags; the reference's
 weights live in pinned host memory between its passes (``swap``).
-``--fp8-format e4m3 --fp8-recipe delayed`` is FP8 training (every layout's precision).
+``--fp8-format`` with a Megatron-Core ``--fp8-recipe`` is FP8 training (every layout's
+precision; :mod:`export._src.fp8_recipes`).
 ``--optimizer-cpu-offload`` is the CPU optimizer (``offload``), ``--offload-train``
 (on by default with ``--colocate``) the actor's ``swap``.
 
@@ -25,6 +26,7 @@ import dataclasses
 from typing import Any
 
 import costmodel as cm
+from export._src import fp8_recipes
 from export._src import importing
 from export._src import megatron_model
 from export._src import shell
@@ -42,7 +44,7 @@ _SWITCHES = frozenset({
     "--colocate", "--sequence-parallel", "--use-distributed-optimizer", "--optimizer-cpu-offload",
     "--overlap-cpu-optimizer-d2h-h2d", "--use-precision-aware-optimizer", "--offload-train",
     "--no-offload-train", "--sglang-disable-radix-cache", "--sglang-enable-dp-attention",
-    "--use-kl-loss", "--partial-rollout", "--use-rollout-logprobs"})
+    "--use-kl-loss", "--partial-rollout", "--use-rollout-logprobs", "--fp8-param-gather"})
 _SCRIPTS = ("train.py", "train_async.py")
 
 
@@ -63,19 +65,20 @@ def read_source(source: Any) -> tuple[str, dict[str, Any]]:
   return script, importing.parse_argv(words, _SWITCHES)
 
 
-def _layout(o: dict, moe: bool) -> cm.Parallel:
+def _layout(o: dict, moe: bool, notes: list[str]) -> cm.Parallel:
   """The actor's Megatron layout (the critic and reference take its flags)."""
   tp = number(o, "tensor-model-parallel-size", FW, 1)
   etp = o.get("expert-tensor-parallel-size")
   colocate = bool(o.get("colocate"))
   swap = (colocate or bool(o.get("offload-train"))) and not o.get("no-offload-train")
   granularity = choice(o, "recompute-granularity", FW, _RECOMPUTE)
-  fp8 = o.get("fp8-format")
-  if fp8 not in (None, "e4m3") or (fp8 and o.get("fp8-recipe") != "delayed"):
-    raise ValueError(f"{FW}: fp8-format={fp8!r}, fp8-recipe={o.get('fp8-recipe')!r}: the cost "
-                     "model's FP8 training is e4m3 with delayed per-tensor scaling")
+  precision = cm.Precision()
+  if o.get("fp8-format") is not None:  # Megatron-LM's --fp8-recipe defaults to delayed
+    precision = fp8_recipes.training(FW, "--fp8-format/--fp8-recipe", o["fp8-format"],
+                                     o.get("fp8-recipe", "delayed"),
+                                     bool(o.get("fp8-param-gather")), notes)
   return cm.Parallel(
-      precision=cm.Precision(compute="fp8") if fp8 else cm.Precision(),
+      precision=precision,
       tp=float(tp), pp=float(number(o, "pipeline-model-parallel-size", FW, 1)),
       cp=float(number(o, "context-parallel-size", FW, 1)),
       ep=float(number(o, "expert-model-parallel-size", FW, 1)),
@@ -150,7 +153,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
                             number(o, "rollout-max-response-len", FW), prompts * n // gbs, 1,
                             use_ref, reward=False)
   colocated = bool(o.get("colocate"))
-  train = _layout(o, actor.is_moe)
+  train = _layout(o, actor.is_moe, notes)
   train = train.replace(micro_batch=_micro(o, prompt + float(g.response_mean), float(train.cp)))
   pool = "all" if colocated else "train"
   roles = [cm.RolePlan("actor", pool, train=train, infer=train)]

@@ -29,6 +29,7 @@ import yaml
 
 import costmodel as cm
 from export._src import defaults
+from export._src import engine_kinds
 from export._src import importing
 from export._src import shell
 from export._src.importing import choice
@@ -140,24 +141,43 @@ def _megatron(o: dict, pre: str, train: bool, base: cm.Parallel, moe: bool) -> c
   return base.replace(**{k: float(v) if not isinstance(v, bool) else v for k, v in f.items()})
 
 
-def _fsdp(o: dict, pre: str, fsdp: str, model: str, train: bool, base: cm.Parallel) -> cm.Parallel:
+def _fsdp(o: dict, pre: str, fsdp: str, model: str, train: bool, base: cm.Parallel,
+          engine: str = "fsdp") -> cm.Parallel:
   """An FSDP worker's layout: ``param_offload`` / ``optimizer_offload`` are ``swap``, FSDP2's
   ``offload_policy`` is ``offload``; the reference (forward_only) keeps its parameters on the
-  host, ``offload`` 1."""
-  cp = number(o, f"{pre}.ulysses_sequence_parallel_size", FW,
-              number(o, f"{fsdp}.ulysses_sequence_parallel_size", FW, 1))
+  host, ``offload`` 1. VeOmni (``engine`` ``veomni``: its ``veomni`` section) and FSDP-Turbo
+  (``fsdp_turbo``: ``fsdp_config.turbo_config.distributed``) are FSDP engines too, with their
+  own names for the shard group, Ulysses and expert degrees; expert parallelism inside FSDP
+  has no layout in the cost model (ZeRO-3 shards over data-parallel ranks only)."""
+  if engine == "veomni":
+    fsdp = re.sub(r"\.fsdp(_config)?$", ".veomni", fsdp)
+    shard, ulysses, experts, policy = (f"{fsdp}.fsdp_size", f"{fsdp}.ulysses_parallel_size",
+                                       f"{fsdp}.expert_parallel_size", f"{fsdp}.enable_fsdp_offload")
+  elif engine == "fsdp_turbo":
+    d = f"{fsdp}.turbo_config.distributed"
+    shard, ulysses, experts, policy = (f"{d}.fully_shard_parallel_size",
+                                       f"{d}.ulysses_parallel_size",
+                                       f"{d}.expert_parallel_size", f"{fsdp}.offload_policy")
+  else:
+    shard, ulysses, experts, policy = (f"{fsdp}.fsdp_size", f"{fsdp}.ulysses_sequence_parallel_size",
+                                       None, f"{fsdp}.offload_policy")
+  if experts is not None and number(o, experts, FW, 1) > 1:
+    raise ValueError(f"{FW}: {experts}={o[experts]}: expert parallelism inside an FSDP engine "
+                     f"({engine}) has no layout in the cost model (ZeRO-3 shards over "
+                     "data-parallel ranks only)")
+  cp = number(o, f"{pre}.ulysses_sequence_parallel_size", FW, number(o, ulysses, FW, 1))
   f = dict(tp=1.0, pp=1.0, ep=1.0, vpp=1.0, cp=float(cp), offload=1.0, swap=0.0)
   if train:
     zero = 3.0
-    if number(o, f"{fsdp}.fsdp_size", FW, -1, minimum=None) == 1:
+    if number(o, shard, FW, -1, minimum=None) == 1:
       zero = 0.0
     elif not flag(o, f"{fsdp}.reshard_after_forward", FW, True):
       zero = 2.0
     f.update(zero_stage=zero,
              recompute=2.0 if flag(o, f"{model}.enable_gradient_checkpointing", FW, True) else 0.0,
-             offload=float(flag(o, f"{fsdp}.offload_policy", FW)),
-             swap=float(flag(o, f"{fsdp}.param_offload", FW)
-                        or flag(o, f"{fsdp}.optimizer_offload", FW)))
+             offload=float(flag(o, policy, FW)),
+             swap=float(max(flag(o, f"{fsdp}.param_offload", FW),  # both read
+                            flag(o, f"{fsdp}.optimizer_offload", FW))))
   return base.replace(**f)
 
 
@@ -221,13 +241,15 @@ def read(source: Any, **missing: Any) -> importing.Imported:
                             lora, o.get("reward.reward_model.model_path"))
   seq = prompt_len + float(g.response_mean)
 
-  strategy = choice(o, f"{a}.strategy", FW, {s: s for s in ("fsdp", "fsdp2", "megatron")},
-                    _default_strategy(o))
+  strategy = choice(o, f"{a}.strategy", FW, {s: s for s in _STRATEGIES}, _default_strategy(o))
   megatron = strategy == "megatron"
+  if strategy in _FSDP_LIKE:
+    notes.append(f"{a}.strategy={strategy!r}: costed as veRL's FSDP engine with its shard "
+                 f"group, Ulysses degree and offloads ({_FSDP_LIKE[strategy]} not modelled)")
 
   def layout(pre, fsdp, model, train, base, moe=actor_model.is_moe):
     return (_megatron(o, pre, train, base, moe) if megatron else
-            _fsdp(o, pre, fsdp, model, train, base))
+            _fsdp(o, pre, fsdp, model, train, base, strategy))
 
   actor_mb = _micro(o, f"{a}.ppo_micro_batch_size_per_gpu", f"{a}.use_dynamic_bsz",
                     f"{a}.ppo_max_token_len_per_gpu", seq)
@@ -264,9 +286,12 @@ def read(source: Any, **missing: Any) -> importing.Imported:
         micro_batch=c_inf)))
 
   e = {k: o.get(f"{r}.{k}", v) for k, v in _ROLLOUT_DEFAULTS.items()}
-  engine = cm.Engine(tp=float(number(e, "tensor_model_parallel_size", FW)),
-                     pp=float(number(e, "pipeline_model_parallel_size", FW)),
-                     ep=float(number(e, "expert_parallel_size", FW)),
+  tp, ep, wide = engine_kinds.expert_data_parallel(
+      FW, f"{r}.tensor_model_parallel_size", number(e, "tensor_model_parallel_size", FW),
+      f"{r}.data_parallel_size", number(o, f"{r}.data_parallel_size", FW, 1),
+      f"{r}.expert_parallel_size", number(e, "expert_parallel_size", FW), notes)
+  engine = cm.Engine(tp=float(tp), pp=float(number(e, "pipeline_model_parallel_size", FW)),
+                     ep=float(ep), dp_attention=wide,
                      memory_fraction=float(number(e, "gpu_memory_utilization", FW, kind=float,
                                                   minimum=0)),
                      max_seqs=float(number(e, "max_num_seqs", FW)),
@@ -316,7 +341,14 @@ _RELEVANT = (r"offload|parallel_size|micro_batch|max_token_len|dynamic_bsz|lora|
              r"gpu_memory_utilization|max_num_(seqs|batched)|enforce_eager|cudagraph|n_gpus|nnodes|"
              r"staleness|recompute|checkpointing|fsdp_size|strategy|model_engine|"
              r"free_cache_engine|chunked_prefill|multi_turn|\.mode$|\.name$")
-_ENGINES = {None: "fsdp", "dp": "fsdp", "fsdp": "fsdp", "megatron": "megatron"}
+_ENGINES = {None: "fsdp", "dp": "fsdp", "fsdp": "fsdp", "megatron": "megatron",
+            "veomni": "veomni"}
+# FSDP engines read as FSDP layouts, and what of them the cost model leaves out: VeOmni
+# (verl/trainer/config/engine/veomni.yaml @1dda039) and FSDP-Turbo
+# (docs/advance/fsdp_turbo_backend.rst @1dda039: FSDP over one DeviceMesh with EP and Ulysses).
+_FSDP_LIKE = {"veomni": "VeOmni's fused MoE and attention kernels",
+              "fsdp_turbo": "FSDP-Turbo's prefetch and module plans"}
+_STRATEGIES = ("fsdp", "fsdp2", "megatron", *_FSDP_LIKE)
 
 
 def _default_strategy(o: dict) -> str:
@@ -327,7 +359,7 @@ def _default_strategy(o: dict) -> str:
     engine = "megatron"
   if engine not in _ENGINES:
     raise ValueError(f"{FW}: model_engine={engine!r}: the cost model has layouts for veRL's "
-                     "FSDP (dp) and Megatron engines only")
+                     "FSDP (dp, veomni) and Megatron engines only")
   return _ENGINES[engine]
 
 

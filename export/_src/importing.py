@@ -115,7 +115,8 @@ class Given:
       together (NeMo-RL's ``max_new_tokens == max_total_sequence_length``;
       default: that importer's documented assumption, listed as not modelled).
     speculative_acceptance: The acceptance rate of a draft the config turns on
-      (NeMo-RL, slime): no framework setting states it; required with a draft.
+      (NeMo-RL, slime): no framework setting states it; None assumes
+      ``speculative_keys.DEFAULT_ACCEPTANCE`` (0.7, vLLM #29334) and says so.
   """
 
   model: Any = None

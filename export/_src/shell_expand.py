@@ -171,16 +171,19 @@ class Expander:
             fields.append([])
           put(item, quoted)
         return
-      if quoted or not split or isinstance(s, Unknown):  # an unknown value stays one word
+      whole = isinstance(s, Unknown) and re.fullmatch(r"\$\{?\w+\}?", s)
+      if quoted or not split or whole:  # an unknown value stays one word
         fields[-1].append(s)
         has[0] = True
         return
+      # a value composed around unknown parts splits on its own blanks; each part that
+      # holds an unknown stays unknown
       parts = re.split(r"[ \t\n]+", s)
       for k, p in enumerate(parts):
         if k and fields[-1]:
           fields.append([])
         if p:
-          fields[-1].append(p)
+          fields[-1].append(Unknown(p) if isinstance(s, Unknown) and "$" in p else p)
           has[0] = True
 
     def dollar(text, i, quoted):
@@ -219,7 +222,9 @@ class Expander:
         has[0] = True
         buf = []
         while k < len(inner):
-          if inner[k] == "\\" and inner[k + 1:k + 2] in ('"', "\\", "$", "`"):
+          if inner[k] == "\\" and inner[k + 1:k + 2] == "\n":  # a line continuation
+            k += 2
+          elif inner[k] == "\\" and inner[k + 1:k + 2] in ('"', "\\", "$", "`"):
             buf.append(inner[k + 1])
             k += 2
           elif inner[k] == "$":

@@ -21,7 +21,8 @@ NeMo-RL and slime exporters, read back by their importers:
   ``--sglang-speculative-draft-model-path``.
 
 The acceptance rate is no setting (it is a property of the draft and the
-data): an import takes it from ``speculative_acceptance=`` and says so.
+data): an import takes it from ``speculative_acceptance=``, else
+:data:`DEFAULT_ACCEPTANCE`, and says which on its "not modelled" line.
 """
 
 from __future__ import annotations
@@ -31,6 +32,13 @@ from typing import Any
 import costmodel as cm
 
 RUNS = ("nemo_rl", "slime")
+
+# The acceptance an import assumes when ``speculative_acceptance=`` is not given: vLLM
+# pull request #29334 (mt-bench, Llama-3.1-8B-Instruct, EAGLE head, one draft token)
+# reports a mean acceptance length of 1.70 (the row of costmodel/data/
+# published_speculative.csv); with k = 1 the length is 1 + alpha, so alpha = 0.70. One
+# measured draft on one data set: a user's own acceptance rate replaces it.
+DEFAULT_ACCEPTANCE = 1.70 - 1.0
 
 NEMO_RL = "policy.generation.vllm_kwargs.speculative_config"
 _VLLM_METHOD = {"mtp": "mtp", "eagle": "eagle3", "draft": "draft_model", "ngram": "ngram"}
@@ -74,18 +82,19 @@ def _spec(fw: str, kind: str, tokens: Any, draft: Any, acceptance: float | None,
     k = float(tokens)
   except (TypeError, ValueError):
     raise ValueError(f"{fw}: {where} draft tokens={tokens!r} must be an integer >= 1") from None
-  if acceptance is None:
-    raise ValueError(f"{fw}: {where} turns on speculative decoding (kind {kind!r}); its "
-                     "acceptance rate is no framework setting (it depends on the draft and the "
-                     "data): give speculative_acceptance= (--speculative_acceptance), a "
-                     "fraction in (0, 1)")
   model = None
   if kind == "draft":
     if draft is None:
       raise ValueError(f"{fw}: {where} drafts with a separate model but names none")
     model = cm.models.get(str(draft))
-  notes.append(f"speculative acceptance {float(acceptance):g} per draft token from "
-               "speculative_acceptance= (not a framework setting)")
+  if acceptance is None:
+    acceptance = DEFAULT_ACCEPTANCE
+    notes.append(f"{where}: speculative acceptance {acceptance:g} per draft token assumed "
+                 "(vLLM #29334's EAGLE measurement; no framework setting states it: give "
+                 "--speculative_acceptance for this draft and data)")
+  else:
+    notes.append(f"speculative acceptance {float(acceptance):g} per draft token from "
+                 "speculative_acceptance= (not a framework setting)")
   return cm.Speculative(kind, draft_tokens=k, acceptance=float(acceptance), draft_model=model)
 
 

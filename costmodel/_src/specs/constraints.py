@@ -170,6 +170,8 @@ def layout_fields(model: ModelSpec, gpus, tp, pp, cp, ep, *, zero=0.0, micro_bat
           "mini_batch_samples": mini_batch_samples, "trained": float(trained)}
 
 
-def engine_fields(model: ModelSpec, gpus, tp, pp, ep) -> dict[str, Any]:
-  """The fields of the ``engine`` scope: the actor's model on the rollout pool."""
-  return {**model_fields(model), "gpus": gpus, "tp": tp, "pp": pp, "ep": ep}
+def engine_fields(model: ModelSpec, gpus, tp, pp, ep, dp_attention=0.0) -> dict[str, Any]:
+  """The fields of the ``engine`` scope: the actor's model on the rollout pool
+  (``dp_attention``: ``Engine.dp_attention``, whole attention heads on each GPU)."""
+  return {**model_fields(model), "gpus": gpus, "tp": tp, "pp": pp, "ep": ep,
+          "dp_attention": dp_attention}

@@ -351,7 +351,7 @@ def validate(job: RLJob, plan: Plan, cluster: Cluster, frameworks: tuple[str, ..
                   frameworks, samples)
   gpus = sizes[plan.rollout_pool]
   e = plan.engine
-  fields = rules.engine_fields(job.actor, gpus, e.tp, e.pp, e.ep)
+  fields = rules.engine_fields(job.actor, gpus, e.tp, e.pp, e.ep, e.dp_attention)
   if gpus is not None and _concrete(fields):
     rules.check_rules("engine", fields, "Plan: ", frameworks)
   a, c = plan.role("actor"), plan.role("critic")

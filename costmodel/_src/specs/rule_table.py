@@ -232,8 +232,10 @@ RULES: tuple[Rule, ...] = tuple(
              lambda f, xp, ex: _divides(xp, f["tp"] * f["pp"], f["gpus"], ex),
              lambda f: (f"engine tp*pp={f['tp'] * f['pp']:g} must divide the rollout pool's "
                         f"{f['gpus']:g} GPUs")),
+        # data-parallel attention keeps whole heads on each GPU (Engine.dp_attention)
         Rule("engine_tp_divides_heads", "engine", "core",
-             lambda f, xp, ex: _divides(xp, f["tp"], f["n_heads"], ex),
+             lambda f, xp, ex: _when(xp, f.get("dp_attention", 0.0) < 0.5,
+                                     _divides(xp, f["tp"], f["n_heads"], ex)),
              lambda f: f"engine tp={f['tp']:g} must divide n_heads={f['n_heads']:g}"),
         Rule("engine_pp_within_layers", "engine", "core",
              lambda f, xp, ex: _at_most(xp, f["pp"], f["n_layers"], ex),
