@@ -28,6 +28,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from costmodel._src.specs import mamba
 from costmodel._src.specs import mixers
 from costmodel._src.specs.model import ModelSpec
 
@@ -136,9 +137,9 @@ def _gemms(model: ModelSpec, t_loc, tp, pp, etp, ep, lm_head: bool, touched=1.0)
   # Token mixers by kind, as a mean layer: output projection and the rest.
   n_lin = model.n_layers_of("linear_attention")
   o_params = float(model.n_softmax_layers * model.n_heads * model.value_head_dim
-                   + n_lin * model.linear_v_width) * model.hidden / model.n_layers
-  attn_in = float(model.n_softmax_layers * model.attention_params()
-                  + n_lin * model.linear_attention_params()) / model.n_layers - o_params
+                   + n_lin * model.linear_v_width
+                   + model.n_layers_of("mamba") * mamba.inner(model)) * h / model.n_layers
+  attn_in = float(model.mixer_params()) / model.n_layers - o_params
   dense = []
   # Attention: QKV (or MLA's down/up projections) then the output projection.
   # Norms and the router ride with the QKV GEMM (their FLOPs are tiny).
@@ -168,10 +169,10 @@ def _gemms(model: ModelSpec, t_loc, tp, pp, etp, ep, lm_head: bool, touched=1.0)
     m_e = expert_rows(model, t_loc, tp, ep, etp) / touched
     p = float(model.top_k * model.expert_params())
     f = float(model.expert_ffn_hidden)
+    w = jnp.asarray(float(model.expert_width))
     experts.append(Gemm(2.0 * t_loc * moe_l * p * mlp_in / (mlp_in + 1) / tp, m_e,
-                        mlp_in * f / etp, jnp.asarray(h)))
-    experts.append(Gemm(2.0 * t_loc * moe_l * p / (mlp_in + 1) / tp, m_e, jnp.asarray(h),
-                        f / etp))
+                        mlp_in * f / etp, w))
+    experts.append(Gemm(2.0 * t_loc * moe_l * p / (mlp_in + 1) / tp, m_e, w, f / etp))
   return tuple(dense), tuple(experts)
 
 
@@ -228,10 +229,14 @@ def forward_work(model: ModelSpec, tokens, context, tp=1.0, pp=1.0, cp=1.0, ep=1
   ffn_active = (model.n_dense_layers * model.ffn_hidden + model.n_moe_layers * (
       model.top_k * model.expert_ffn_hidden + model.shared_ffn_hidden)) / model.n_layers
   norm_split = tp if sequence_parallel else 1.0
-  per_token = 16.0 * h / norm_split + (3.0 if model.gated_mlp else 2.0) * ffn_active / tp
+  # 8 h per residual branch (two per layer; one in Nemotron-H's single-branch blocks).
+  branches = model.n_sublayers / model.n_layers
+  per_token = 8.0 * branches * h / norm_split + (3.0 if model.gated_mlp else 2.0) * (
+      ffn_active / tp)
   # MoE layers permute the routed copies into expert order and back
-  # (dispatch and combine): read and write k h elements each way.
-  per_token = per_token + moe_share * 4.0 * model.top_k * h / norm_split
+  # (dispatch and combine): read and write k copies of the expert width each way.
+  w_e = model.expert_width
+  per_token = per_token + moe_share * 4.0 * model.top_k * w_e / norm_split
   if not flash_attention:
     per_token = per_token + 6.0 * model.n_heads / tp * score_ctx
   act = act_bytes * t_loc * layers_per_stage * per_token
@@ -241,13 +246,14 @@ def forward_work(model: ModelSpec, tokens, context, tp=1.0, pp=1.0, cp=1.0, ep=1
   # replaces the MLP's by the all-to-alls (and, with ETP > 1, an all-reduce
   # of the routed copies inside the expert-TP group).
   moe_ep = jnp.where(ep > 1.0, layers_per_stage * moe_share, 0.0)
-  tp_coll = jnp.where(tp > 1.0, 2.0 * layers_per_stage - moe_ep, 0.0)
+  tp_coll = jnp.where(tp > 1.0, branches * layers_per_stage - moe_ep, 0.0)
   # All-to-all: each rank sends its tokens' routed copies (SP-split over TP).
   unique = t_loc / tp if sequence_parallel else t_loc
-  ep_bytes = act_bytes * unique * model.top_k * h if model.is_moe else jnp.zeros(())
+  ep_bytes = act_bytes * unique * model.top_k * w_e if model.is_moe else jnp.zeros(())
   ep_coll = 2.0 * moe_ep
   # Expert-TP: the routed copies this GPU's experts hold, reduced over ETP.
-  etp_bytes = act_bytes * expert_rows(model, t_loc, tp, ep, etp) * max(model.n_experts, 1) / ep * h
+  etp_bytes = (act_bytes * expert_rows(model, t_loc, tp, ep, etp) * max(model.n_experts, 1) / ep
+               * w_e)
   etp_coll = jnp.where(etp > 1.0, moe_ep, 0.0)
   kv_width = (model.kv_lora_rank + model.qk_rope_head_dim) if model.is_mla else (
       2 * model.n_kv_heads * model.head_dim)
@@ -287,16 +293,14 @@ def activation_bytes_per_layer(model: ModelSpec, seq, micro_batch, tp, cp, recom
   sbh = s * micro_batch * model.hidden
   score = 0.0 if flash_attention else 5.0 * model.n_heads * s / model.hidden
   gate = 1.5 if model.gated_mlp else 1.0
-  if model.is_moe:
-    moe_ffn = model.top_k * model.expert_ffn_hidden + model.shared_ffn_hidden
-    share = model.n_moe_layers / model.n_layers
-    dense_ffn = model.ffn_hidden if model.n_dense_layers else moe_ffn
-    ffn = share * moe_ffn + (1 - share) * dense_ffn
-  else:
-    ffn = model.ffn_hidden
+  # Mean over the layers; a layer without an MLP (Nemotron-H's mixer-only
+  # blocks) stores none, one without a mixer no attention activations.
+  moe_ffn = model.top_k * model.expert_ffn_hidden + model.shared_ffn_hidden
+  ffn = (model.n_moe_layers * moe_ffn + model.n_dense_layers * model.ffn_hidden) / model.n_layers
   mlp_scale = gate * ffn / (4.0 * model.hidden)
-  # 11 attention (by kind: mixers.attention_activation_units) + 4 norms, 19 MLP at ffn = 4h.
-  base = mixers.attention_activation_units(model) + 4.0 + 19.0 * mlp_scale
+  # 11 attention (by kind: mixers.attention_activation_units) + 2 per norm, 19 MLP at ffn = 4h.
+  norms = 2.0 * model.n_sublayers / model.n_layers
+  base = mixers.attention_activation_units(model) + norms + 19.0 * mlp_scale
   if sequence_parallel:
     none = sbh * (base + score) / tp
     selective = sbh * base / tp

@@ -70,10 +70,11 @@ class LoRA:
 ATTENTION_TARGETS = ("q", "k", "v", "o")
 
 
-def _target_shapes(model: ModelSpec, ffn: int, copies: int,
-                   attention: bool) -> dict[str, tuple[int, int, int]]:
+def _target_shapes(model: ModelSpec, ffn: int, copies: int, attention: bool,
+                   width: int = 0) -> dict[str, tuple[int, int, int]]:
   """Target -> (d_in, d_out, copies) of one block: its attention (when
-  ``attention``) and ``copies`` MLPs of width ``ffn``."""
+  ``attention``) and ``copies`` MLPs of width ``ffn`` on inputs of ``width``
+  (default ``h``; routed experts: :attr:`ModelSpec.expert_width`)."""
   h = model.hidden
   shapes = {}
   if attention:
@@ -81,28 +82,31 @@ def _target_shapes(model: ModelSpec, ffn: int, copies: int,
     shapes = {"q": (h, model.n_heads * model.qk_head_dim, 1), "k": (h, kv_out, 1),
               "v": (h, kv_out, 1), "o": (model.n_heads * model.value_head_dim, h, 1)}
   if copies and ffn:
-    shapes.update({"up": (h, ffn, copies), "down": (ffn, h, copies)})
+    w = width or h
+    shapes.update({"up": (w, ffn, copies), "down": (ffn, w, copies)})
     if model.gated_mlp:
-      shapes["gate"] = (h, ffn, copies)
+      shapes["gate"] = (w, ffn, copies)
   return shapes
 
 
-def _blocks(model: ModelSpec, active: bool) -> list[tuple[int, int, int, bool]]:
-  """(layers, MLP width, MLP copies, with attention) of the model's blocks:
-  dense blocks, MoE blocks' routed experts (top-k when ``active``) with the
-  attention, and their shared experts."""
-  out = [(model.n_dense_layers, model.ffn_hidden, 1, True)]
+def _blocks(model: ModelSpec, active: bool) -> list[tuple[int, int, int, bool, int]]:
+  """(layers, MLP width, MLP copies, with attention, input width) of the model's blocks:
+  the attention projections (every layer's but Mamba's and mixer-free
+  blocks'), dense MLPs, MoE blocks' routed experts (top-k when ``active``)
+  and their shared experts."""
+  attention = model.n_layers - model.n_layers_of("mamba") - model.n_layers_of("mlp_only")
+  out = [(attention, 0, 0, True, 0), (model.n_dense_layers, model.ffn_hidden, 1, False, 0)]
   if model.is_moe:
     out.append((model.n_moe_layers, model.expert_ffn_hidden,
-                model.top_k if active else model.n_experts, True))
+                model.top_k if active else model.n_experts, False, model.expert_width))
     if model.shared_ffn_hidden:
-      out.append((model.n_moe_layers, model.shared_ffn_hidden, 1, False))
+      out.append((model.n_moe_layers, model.shared_ffn_hidden, 1, False, 0))
   return out
 
 
 def _targets(model: ModelSpec, lora: LoRA, active: bool):
-  for layers, ffn, copies, attention in _blocks(model, active):
-    for t, (d_in, d_out, c) in _target_shapes(model, ffn, copies, attention).items():
+  for layers, ffn, copies, attention, width in _blocks(model, active):
+    for t, (d_in, d_out, c) in _target_shapes(model, ffn, copies, attention, width).items():
       if t in lora.targets and layers:
         yield layers, d_in, d_out, c
 

@@ -6,6 +6,15 @@
 - ``qwen3_5_text`` / ``qwen3_5_moe_text``: the language model of Qwen3.5,
   dense and MoE, under the ``text_config`` of the released multimodal
   checkpoints (``qwen3_5`` / ``qwen3_5_moe``).
+- ``nemotron_h``: Nemotron-H, Nemotron Nano 2 and Nemotron 3 (Mamba-2 and
+  attention blocks without an MLP, MLP and MoE blocks without a mixer; the
+  order in ``hybrid_override_pattern``, ``M`` ``*`` ``-`` ``E``, or the
+  ``layers_block_type`` list; Nemotron 3 Super's LatentMoE,
+  ``moe_latent_size``). Key spellings and defaults follow vLLM's
+  ``NemotronHConfig`` (vllm-project/vllm@a59ddf74,
+  ``vllm/transformers_utils/configs/nemotron_h.py``), the weights
+  Megatron-Core's ``MambaMixer`` (:mod:`mamba`); the MLPs are squared-ReLU
+  (two matrices).
 
 Key spellings follow ``transformers``' ``Qwen3NextConfig`` and vLLM's
 ``Qwen3_5TextConfig`` (vllm-project/vllm@c04143bb,
@@ -89,7 +98,64 @@ def qwen3_5_moe_text(r: Reader) -> dict[str, Any]:
   return dict(fields, **_mixers(r, n, output_gate_key=True), **_moe(r, n))
 
 
+_BLOCKS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+
+
+def _blocks(r: Reader, n_layers: int) -> list[str]:
+  """Block kind of each layer: ``layers_block_type`` or the pattern's letters."""
+  if r.has("layers_block_type"):
+    return r.choice_list("layers_block_type", n_layers, tuple(_BLOCKS.values()))
+  pattern = r.get("hybrid_override_pattern")
+  if (not isinstance(pattern, str) or len(pattern) != n_layers
+      or any(c not in _BLOCKS for c in pattern)):
+    raise ValueError(f"{r.source}: hybrid_override_pattern={pattern!r} must have one of "
+                     f"{''.join(_BLOCKS)} for each of the {n_layers} layers")
+  return [_BLOCKS[c] for c in pattern]
+
+
+def nemotron_h(r: Reader) -> dict[str, Any]:
+  hidden = r.integer("hidden_size")
+  n_heads = r.integer("num_attention_heads")
+  n_layers = r.integer("num_hidden_layers")
+  blocks = _blocks(r, n_layers)
+  head_dim = (r.integer("head_dim") if r.has("head_dim")
+              else r.integer("attention_head_dim", hidden // n_heads))
+  kinds = {"mamba": "mamba", "attention": "full_attention", "mlp": "mlp_only",
+           "moe": "mlp_only"}
+  fields = dict(
+      n_layers=n_layers, hidden=hidden, n_heads=n_heads,
+      n_kv_heads=r.integer("num_key_value_heads", n_heads), head_dim=head_dim,
+      vocab=r.integer("vocab_size", 131072),
+      tied_embeddings=r.flag("tie_word_embeddings", False), gated_mlp=False,
+      layer_types=tuple(kinds[b] for b in blocks),
+      mixer_only_layers=sum(1 for b in blocks if b in ("mamba", "attention")),
+      ffn_hidden=r.integer("intermediate_size") if "mlp" in blocks else 0,
+      mtp_layers=(r.integer("num_nextn_predict_layers", minimum=0)
+                  if r.has("num_nextn_predict_layers") else 0),
+  )
+  if "mamba" in blocks:
+    fields.update(
+        mamba_heads=r.integer("mamba_num_heads", 128),
+        mamba_head_dim=r.integer("mamba_head_dim", 64),
+        mamba_state=r.integer("ssm_state_size", 128),
+        mamba_groups=r.integer("n_groups", 8),
+        mamba_conv=r.integer("conv_kernel", 4),
+        mamba_chunk=r.integer("chunk_size", 256))
+  if "moe" in blocks:
+    moe_ffn = r.integer("moe_intermediate_size")
+    n_shared = r.integer("n_shared_experts", 1, minimum=0)
+    fields.update(
+        n_experts=r.integer("n_routed_experts"), top_k=r.integer("num_experts_per_tok"),
+        expert_ffn_hidden=moe_ffn,
+        shared_ffn_hidden=(r.integer("moe_shared_expert_intermediate_size", moe_ffn * n_shared)
+                           if n_shared else 0),
+        first_dense_layers=blocks.count("mlp"),
+        moe_latent=(r.integer("moe_latent_size") if r.has("moe_latent_size") else 0))
+  return fields
+
+
 PARSERS = {
+    "nemotron_h": nemotron_h,
     "qwen3_next": qwen3_next,
     "qwen3_5_text": qwen3_5_text,
     "qwen3_5_moe_text": qwen3_5_moe_text,

@@ -20,6 +20,9 @@ in decode; the mean, s/2, over a causal sequence):
   the intra-chunk attention over chunks of ``C`` = :data:`CHUNK` tokens
   (flash-linear-attention's ``chunk_gated_delta_rule``). Decode pays the same
   constant (the intra-chunk term is under 1% of a layer's projections).
+* Mamba-2 (:mod:`mamba`): no KV cache; per sequence the SSM state and the
+  convolution's last inputs; a fixed number of scan FLOPs per token.
+* a block without a token mixer (``mlp_only``) adds none of these.
 
 Functions take ``context`` and ``length`` as floats or arrays (smooth in
 both; ``jnp.minimum`` is differentiable almost everywhere).
@@ -30,6 +33,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
+
+from costmodel._src.specs import mamba
 
 if TYPE_CHECKING:
   from costmodel._src.specs.model import ModelSpec
@@ -71,7 +76,9 @@ def attention_flops_per_token(model: ModelSpec, context):
   slide = (n_slide * per_key * jnp.minimum(context, float(model.sliding_window))
            if n_slide else 0.0)
   n_linear = model.n_layers_of("linear_attention")
-  return full + slide + (n_linear * linear_flops_per_token(model) if n_linear else 0.0)
+  n_mamba = model.n_layers_of("mamba")
+  return (full + slide + (n_linear * linear_flops_per_token(model) if n_linear else 0.0)
+          + (n_mamba * mamba.scan_flops_per_token(model) if n_mamba else 0.0))
 
 
 def growing_kv_bytes_per_token(model: ModelSpec, bytes_per_element: float = 2.0) -> float:
@@ -81,20 +88,26 @@ def growing_kv_bytes_per_token(model: ModelSpec, bytes_per_element: float = 2.0)
 
 def state_bytes_per_seq(model: ModelSpec, bytes_per_element: float = 2.0,
                         state_bytes: float | None = None) -> float:
-  """Fixed per-sequence memory of the linear-attention layers.
+  """Fixed per-sequence memory of the linear-attention and Mamba layers.
 
-  Recurrent state (``v_heads d_k d_v`` elements at ``state_bytes``; by default
-  the cache's precision, as vLLM's ``mamba_ssm_cache_dtype="auto"`` keeps it)
-  plus the convolution's ``kernel - 1`` past inputs of q, k and v.
+  Recurrent state (Gated DeltaNet: ``v_heads d_k d_v`` elements; Mamba-2:
+  ``H P N``) at ``state_bytes``, by default the cache's precision, as vLLM's
+  ``mamba_ssm_cache_dtype="auto"`` keeps it, plus the convolution's
+  ``kernel - 1`` past inputs (q, k and v; Mamba-2: x, B and C).
   """
   state_bytes = bytes_per_element if state_bytes is None else state_bytes
   n_linear = model.n_layers_of("linear_attention")
-  if not n_linear:
-    return 0.0
-  state = model.linear_v_heads * model.linear_k_dim * model.linear_v_dim * state_bytes
-  conv = ((2 * model.linear_qk_width + model.linear_v_width) * (model.linear_conv - 1)
-          * bytes_per_element)
-  return float(n_linear * (state + conv))
+  n_mamba = model.n_layers_of("mamba")
+  total = 0.0
+  if n_linear:
+    state = model.linear_v_heads * model.linear_k_dim * model.linear_v_dim * state_bytes
+    conv = ((2 * model.linear_qk_width + model.linear_v_width) * (model.linear_conv - 1)
+            * bytes_per_element)
+    total += n_linear * (state + conv)
+  if n_mamba:
+    total += n_mamba * (mamba.state_elements(model) * state_bytes
+                        + mamba.conv_state_elements(model) * bytes_per_element)
+  return float(total)
 
 
 def seq_cache_bytes(model: ModelSpec, length, bytes_per_element: float = 2.0,
@@ -153,10 +166,16 @@ def attention_activation_units(model: ModelSpec) -> float:
   """Mean stored attention activations per layer and token, in units of ``h``.
 
   Softmax layers (full, sliding, sparse) store Korthikanti's 11 ``h`` with
-  FlashAttention; linear layers :func:`linear_activation_units`.
+  FlashAttention; linear layers :func:`linear_activation_units`, Mamba-2
+  layers :func:`mamba.activation_units`, blocks without a mixer none.
   """
   n_linear = model.n_layers_of("linear_attention")
-  if not n_linear:
+  n_mamba = model.n_layers_of("mamba")
+  if not (n_linear or n_mamba or model.n_layers_of("mlp_only")):
     return ATTENTION_ACTIVATION_UNITS
-  f = n_linear / model.n_layers
-  return (1.0 - f) * ATTENTION_ACTIVATION_UNITS + f * linear_activation_units(model)
+  units = model.n_softmax_layers * ATTENTION_ACTIVATION_UNITS
+  if n_linear:
+    units += n_linear * linear_activation_units(model)
+  if n_mamba:
+    units += n_mamba * mamba.activation_units(model)
+  return units / model.n_layers

@@ -1,4 +1,4 @@
-"""Transformer model specification: dense and MoE decoders, GQA and MLA.
+"""Decoder model specification: dense and MoE, GQA and MLA, hybrid mixers.
 
 A :class:`ModelSpec` holds the architecture only (no weights). All fields are
 static pytree structure: the model is fixed while layouts vary, so jitted cost
@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from costmodel._src import pytree
+from costmodel._src.specs import mamba
 from costmodel._src.specs import mixers
 from costmodel._src.specs import model_checks
 from costmodel._src.specs.model_checks import LAYER_TYPES
@@ -50,8 +51,16 @@ class ModelSpec:
       bias-free projections in and out (``2 * embed_dim * hidden``). 0 means
       ``hidden``.
     layer_types: Token mixer of each layer as ``config.json`` names it
-      (``full_attention``, ``sliding_attention``, ``linear_attention``); empty
-      means full attention in every layer.
+      (``full_attention``, ``sliding_attention``, ``linear_attention``,
+      ``mamba``; ``mlp_only`` for a block without one); empty means full
+      attention in every layer.
+    mixer_only_layers: Blocks with a token mixer and no MLP (Nemotron-H's
+      ``M`` and ``*`` blocks, each one sublayer with one norm).
+    mamba_heads, mamba_head_dim, mamba_state, mamba_groups, mamba_conv,
+      mamba_chunk: Mamba-2 heads, head width, state size, B/C groups,
+      convolution taps and scan chunk (:mod:`mamba`).
+    moe_latent: Width the routed experts work in (LatentMoE: projections
+      ``h -> moe_latent`` before dispatch and back after combine); 0: ``h``.
     sliding_window: Keys a ``sliding_attention`` layer attends to.
     linear_k_heads, linear_v_heads, linear_k_dim, linear_v_dim, linear_conv:
       Gated DeltaNet (linear attention) key and value heads, their widths and
@@ -100,6 +109,14 @@ class ModelSpec:
   index_head_dim: int = pytree.static_field(default=0)
   index_topk: int = pytree.static_field(default=0)
   mtp_layers: int = pytree.static_field(default=0)
+  mixer_only_layers: int = pytree.static_field(default=0)
+  mamba_heads: int = pytree.static_field(default=0)
+  mamba_head_dim: int = pytree.static_field(default=0)
+  mamba_state: int = pytree.static_field(default=0)
+  mamba_groups: int = pytree.static_field(default=0)
+  mamba_conv: int = pytree.static_field(default=0)
+  mamba_chunk: int = pytree.static_field(default=0)
+  moe_latent: int = pytree.static_field(default=0)
 
   def __post_init__(self):
     model_checks.check(self)
@@ -117,7 +134,22 @@ class ModelSpec:
   @property
   def n_softmax_layers(self) -> int:
     """Layers with softmax attention (full or sliding): the ones holding a KV cache."""
-    return self.n_layers - self.n_layers_of("linear_attention")
+    return self.n_layers_of("full_attention") + self.n_layers_of("sliding_attention")
+
+  @property
+  def n_mixer_layers(self) -> int:
+    """Layers with a token mixer (all but ``mlp_only`` blocks)."""
+    return self.n_layers - self.n_layers_of("mlp_only")
+
+  @property
+  def n_mlp_layers(self) -> int:
+    """Layers with an MLP or MoE block (all but the mixer-only blocks)."""
+    return self.n_layers - self.mixer_only_layers
+
+  @property
+  def n_sublayers(self) -> int:
+    """Token mixers plus MLPs: the residual branches, each with its pre-norm."""
+    return self.n_mixer_layers + self.n_mlp_layers
 
   @property
   def is_moe(self) -> bool:
@@ -129,11 +161,21 @@ class ModelSpec:
 
   @property
   def n_moe_layers(self) -> int:
-    return self.n_layers - self.first_dense_layers if self.is_moe else 0
+    return self.n_mlp_layers - self.first_dense_layers if self.is_moe else 0
 
   @property
   def n_dense_layers(self) -> int:
-    return self.n_layers - self.n_moe_layers
+    return self.n_mlp_layers - self.n_moe_layers
+
+  @property
+  def expert_width(self) -> int:
+    """Input and output width of a routed expert (``moe_latent`` or ``h``)."""
+    return self.moe_latent or self.hidden
+
+  @property
+  def state_heads(self) -> int:
+    """Heads the recurrent state splits by under TP (DeltaNet value or Mamba heads)."""
+    return max(self.linear_v_heads, self.mamba_heads, 1)
 
   @property
   def value_head_dim(self) -> int:
@@ -218,10 +260,11 @@ class ModelSpec:
     conv = (2 * qk + v) * self.linear_conv
     return in_proj + conv + 2 * nv + self.linear_v_dim + v * h
 
-  def _mlp_params(self, ffn: int) -> int:
+  def _mlp_params(self, ffn: int, width: int = 0) -> int:
+    width = width or self.hidden
     mats = 3 if self.gated_mlp else 2
-    bias = (ffn + self.hidden) if self.linear_bias else 0
-    return mats * self.hidden * ffn + bias
+    bias = (ffn + width) if self.linear_bias else 0
+    return mats * width * ffn + bias
 
   def dense_mlp_params(self) -> int:
     """Parameters of one dense MLP."""
@@ -229,15 +272,17 @@ class ModelSpec:
 
   def expert_params(self) -> int:
     """Parameters of one routed expert."""
-    return self._mlp_params(self.expert_ffn_hidden) if self.is_moe else 0
+    return self._mlp_params(self.expert_ffn_hidden, self.expert_width) if self.is_moe else 0
 
   def moe_mlp_params(self, active: bool) -> int:
-    """Parameters of one MoE block: router, routed experts (all or top-k), shared."""
+    """Parameters of one MoE block: router, routed experts (all or top-k), shared,
+    and LatentMoE's projections to the latent width and back."""
     if not self.is_moe:
       return 0
     n = self.top_k if active else self.n_experts
     shared = self._mlp_params(self.shared_ffn_hidden) if self.shared_ffn_hidden else 0
-    return self.hidden * self.n_experts + n * self.expert_params() + shared
+    latent = 2 * self.hidden * self.moe_latent
+    return self.hidden * self.n_experts + n * self.expert_params() + shared + latent
 
   def embedding_params(self) -> int:
     """Input embedding (plus learned positions and projections) and, if untied, the LM head."""
@@ -245,14 +290,17 @@ class ModelSpec:
     emb = self.vocab * e + self.learned_positions * self.hidden + self._embed_projection_params()
     return emb + (0 if self.tied_embeddings else self.vocab * e)
 
+  def mixer_params(self) -> int:
+    """Parameters of all token mixers (attention, DeltaNet and Mamba layers)."""
+    return (self.n_softmax_layers * self.attention_params()
+            + self.n_layers_of("linear_attention") * self.linear_attention_params()
+            + self.n_layers_of("mamba") * mamba.params(self))
+
   def layer_params(self, active: bool = False) -> int:
-    """Parameters of all transformer blocks (all experts, or only active ones)."""
-    n_linear = self.n_layers_of("linear_attention")
-    mixers = (self.n_softmax_layers * self.attention_params()
-              + n_linear * self.linear_attention_params())
+    """Parameters of all blocks (all experts, or only active ones)."""
     dense = self.n_dense_layers * self.dense_mlp_params()
     moe = self.n_moe_layers * self.moe_mlp_params(active)
-    return mixers + self.n_layers * 2 * self._norm_params() + dense + moe
+    return self.mixer_params() + self.n_sublayers * self._norm_params() + dense + moe
 
   @property
   def total_params(self) -> int:
@@ -282,12 +330,14 @@ class ModelSpec:
     mlp = 3 if self.gated_mlp else 2
     if self.index_topk:
       attn += 5  # the indexer's wq_b, wk, k_norm (weight, bias), weights_proj
-    per_dense = 2 + mlp
-    per_moe = 2 + 1 + self.n_experts * mlp + (mlp if self.shared_ffn_hidden else 0)
+    per_moe = 1 + self.n_experts * mlp + (mlp if self.shared_ffn_hidden else 0) + (
+        2 if self.moe_latent else 0)
     emb = (1 if self.tied_embeddings else 2) + (2 if self._embed_projection_params() else 0)
-    # Gated DeltaNet: in_proj_qkvz, in_proj_ba, conv1d, A_log, dt_bias, norm, out_proj.
-    mixers = self.n_softmax_layers * attn + self.n_layers_of("linear_attention") * 7
-    return (mixers + self.n_dense_layers * per_dense + self.n_moe_layers * per_moe
+    # Gated DeltaNet: in_proj_qkvz, in_proj_ba, conv1d, A_log, dt_bias, norm, out_proj;
+    # Mamba-2: in_proj, conv1d weight and bias, A_log, D, dt_bias, norm, out_proj.
+    mixers = (self.n_softmax_layers * attn + self.n_layers_of("linear_attention") * 7
+              + self.n_layers_of("mamba") * 8)
+    return (mixers + self.n_sublayers + self.n_dense_layers * mlp + self.n_moe_layers * per_moe
             + emb + 1)
 
   # ----- FLOPs and bytes -----------------------------------------------------

@@ -11,7 +11,7 @@ long context than a full-attention model of the same size.
 
 Sharding: GQA KV heads split over TP while ``n_kv_heads >= tp`` and are
 replicated past it; MLA's latent is replicated on every TP rank; the linear
-layers' state splits by their value heads in the same way. With
+layers' state splits by their value heads (Mamba: its heads) in the same way. With
 DP-attention each GPU holds only its own sequences (the engine's sequences
 spread over its ``tp`` GPUs). Pipeline stages split the layers.
 """
@@ -33,7 +33,7 @@ def _divisors(model: ModelSpec, engine: Engine):
   from costmodel._src.stages import generate as generate_lib  # pylint: disable=g-import-not-at-top
   def off():
     kv_tp = 1.0 if model.is_mla else smooth.smin(engine.tp, float(model.n_kv_heads))
-    lin_tp = smooth.smin(engine.tp, float(max(model.linear_v_heads, 1)))
+    lin_tp = smooth.smin(engine.tp, float(model.state_heads))
     return kv_tp * engine.pp, lin_tp * engine.pp
 
   def on():

@@ -43,8 +43,9 @@ def draft_spec(model: ModelSpec, spec: Speculative) -> ModelSpec | None:
   if spec.kind == "ngram":
     return None
   moe = model.is_moe and model.n_moe_layers > 0
+  # One attention + MLP layer (Nemotron 3's MTP module: an attention and an MoE block).
   return model.replace(
-      name=f"{model.name}-{spec.kind}", n_layers=1, layer_types=(),
+      name=f"{model.name}-{spec.kind}", n_layers=1, layer_types=(), mixer_only_layers=0,
       first_dense_layers=0 if moe else (1 if model.is_moe else 0), mtp_layers=0)
 
 
