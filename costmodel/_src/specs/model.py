@@ -1,11 +1,8 @@
 """Decoder model specification: dense and MoE, GQA and MLA, hybrid mixers.
 
-A :class:`ModelSpec` holds the architecture only (no weights). All fields are
-static pytree structure: the model is fixed while layouts vary, so jitted cost
-functions specialise on it once.
-
-Parameter counts follow the Hugging Face implementations of the families the
-presets cover (Llama, Qwen2/2.5/3, Qwen3-MoE, Mixtral, DeepSeek-V3, OPT).
+A :class:`ModelSpec` holds the architecture only (no weights), as static
+pytree structure: jitted cost functions specialise on it once. Parameter
+counts follow the Hugging Face implementations of the families it reads.
 """
 
 from __future__ import annotations
