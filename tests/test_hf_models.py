@@ -67,6 +67,10 @@ def test_gpt_oss_20b_hand_derived_count():
     ("google/gemma-2-9b-it", "google/gemma-2-9b"),
     ("zai-org/GLM-4.5-Air-FP8", "zai-org/GLM-4.5-Air"),
     ("QWEN/QWEN2.5-14B", "Qwen/Qwen2.5-14B"),
+    ("Qwen/Qwen2-1.5B-Instruct", "Qwen/Qwen2.5-1.5B"),
+    ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-Base-BF16", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"),
+    ("${RAY_DATA_HOME}/models/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+     "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"),
 ])
 def test_fine_tune_and_release_names_map_to_their_base(model_id, base):
   spec = models.from_hf_id(model_id)
@@ -83,6 +87,30 @@ def test_vision_language_ids_cost_their_language_model_and_say_so(model_id, base
   assert models.from_hf_id(model_id).replace(name="") == models.from_hf_id(base).replace(name="")
   assert models.hf_not_modelled(model_id) == ("the vision encoder (costed as its language model)",)
   assert models.hf_not_modelled(base) == ()
+
+
+@pytest.mark.parametrize("model_id, base, left_out", [
+    ("nvidia/Nemotron-3-Nano-Omni-30B-A3B-Reasoning-BF16",
+     "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "the vision and audio encoders"),
+    ("Qwen/Qwen2.5-Omni-7B", "Qwen/Qwen2.5-7B", "the audio and vision encoders and the speech"),
+])
+def test_omni_models_cost_their_language_model_and_say_what_is_left_out(model_id, base, left_out):
+  assert models.from_hf_id(model_id).replace(name="") == models.from_hf_id(base).replace(name="")
+  (note,) = models.hf_not_modelled(model_id)
+  assert note.startswith(left_out)
+
+
+def test_glm47_flash_hand_derived_latent_attention_and_experts():
+  spec = models.from_hf_id("zai-org/GLM-4.7-Flash")
+  h, a = 2048, 20
+  attn = (h * 768 + 768 + 768 * a * (192 + 64)              # query down, norm, up
+          + h * (512 + 64) + 512 + 512 * a * (192 + 256)    # kv down (+ rotary key), norm, up
+          + a * 256 * h)                                    # output
+  expert = 3 * h * 1536
+  moe = h * 64 + 64 * expert + expert                       # router, 64 routed, 1 shared
+  total = 47 * attn + 3 * h * 10240 + 46 * moe + 47 * 2 * h + 2 * 154880 * h + h
+  assert spec.attention_params() == attn and spec.total_params == total
+  assert spec.n_moe_layers == 46 and spec.top_k == 4 and spec.mtp_layers == 1
 
 
 def test_moonlight_hand_derived_mla_without_query_compression():

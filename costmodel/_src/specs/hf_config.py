@@ -12,7 +12,8 @@ each supported ``model_type``:
 - ``mixtral``: Mixtral (``num_local_experts``).
 - ``deepseek_v2`` / ``deepseek_v3``: multi-head latent attention and shared
   experts (``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``,
-  ``n_routed_experts``, ``first_k_dense_replace``, ...). The multi-token
+  ``n_routed_experts``, ``first_k_dense_replace``, ...), also read for
+  ``kimi_k2`` and GLM-4.7-Flash's ``glm4_moe_lite``. The multi-token
   prediction module (``num_nextn_predict_layers``) is not part of the spec.
 - ``opt``: OPT (learned positions with two extra rows, biases everywhere,
   ``word_embed_proj_dim`` projections).
@@ -41,7 +42,8 @@ from costmodel._src.specs.model import ModelSpec
 
 SUPPORTED_MODEL_TYPES = (
     "llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "deepseek_v2",
-    "deepseek_v3", "deepseek_v32", "kimi_k2", "opt", *hf_families.PARSERS, *hf_hybrid.PARSERS,
+    "deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe_lite", "opt", *hf_families.PARSERS,
+    *hf_hybrid.PARSERS,
 )
 
 def _llama_like(r: Reader, bias_key: bool) -> dict[str, Any]:
@@ -188,6 +190,8 @@ _PARSERS = {
     "deepseek_v3": _deepseek,
     "deepseek_v32": _deepseek,  # DeepSeek-V3.2: V3 plus the sparse-attention indexer
     "kimi_k2": _deepseek,  # Kimi K2: the DeepSeek-V3 layout, model_type of its own
+    # GLM-4.7-Flash: DeepSeek-V3's latent attention and MoE keys (transformers' Glm4MoeLiteConfig).
+    "glm4_moe_lite": _deepseek,
     "opt": _opt,
     **hf_families.PARSERS,
     **hf_hybrid.PARSERS,
