@@ -1,8 +1,5 @@
 """rlcost's layout search: relaxation, optax optimisation, rounding, baselines."""
 
-from export import plan_to_dict
-from export import write_plan
-from search import export
 from search._src.baselines import enumerate_plans
 from search._src.baselines import random_search
 from search._src.baselines import simulated_annealing
@@ -48,7 +45,6 @@ __all__ = (
     "cut_dp",
     "default_families",
     "enumerate_plans",
-    "export",
     "framework",
     "layouts_planner",
     "load_prices",
@@ -56,7 +52,6 @@ __all__ = (
     "mixed_cluster",
     "optimize",
     "pareto",
-    "plan_to_dict",
     "plot_pareto",
     "random_search",
     "relaxed_front",
@@ -65,5 +60,4 @@ __all__ = (
     "simulated_annealing",
     "size_cluster",
     "space_size",
-    "write_plan",
 )

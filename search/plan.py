@@ -27,6 +27,7 @@ from __future__ import annotations
 from absl import flags
 
 import costmodel as cm
+import export
 import search
 from search import beyond_flags
 from search._src import cli
@@ -220,7 +221,7 @@ def main(argv) -> int:
     cli.fail_with(1, f"no layout fits: {result.infeasible_reason}")
   written = []
   if cli.OUT.value:
-    search.write_plan(cli.OUT.value, result.best_plan, result.best_estimate, result.family,
+    export.write_plan(cli.OUT.value, result.best_plan, result.best_estimate, result.family,
                       job=job, cluster=cluster)
     print(f"wrote {cli.OUT.value}")
     if cli.exports_requested():

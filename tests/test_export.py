@@ -538,11 +538,13 @@ def test_registry_names_each_framework_and_its_version():
   refusal(lambda: export.get("deepspeed_chat"), "framework='deepspeed_chat'", "verl")
 
 
-def test_search_export_is_an_alias():
+def test_search_exports_search_things_only():
+  # The exporters are export's: search neither re-exports them nor aliases the package.
+  import importlib.util  # pylint: disable=import-outside-toplevel
   import search  # pylint: disable=import-outside-toplevel
-  from search import export as old  # pylint: disable=import-outside-toplevel
-  assert old.to_verl is export.to_verl and old.get is export.get
-  assert search.write_plan is export.write_plan and search.plan_to_dict is export.plan_to_dict
+  for name in ("write_plan", "plan_to_dict", "export"):
+    assert name not in search.__all__ and not hasattr(search, name), name
+  assert importlib.util.find_spec("search.export") is None
 
 
 # ----- refusals --------------------------------------------------------------------

@@ -9,6 +9,7 @@ import textwrap
 
 import numpy as np
 
+import export
 import search
 
 _SCRIPT = textwrap.dedent("""
@@ -17,6 +18,7 @@ _SCRIPT = textwrap.dedent("""
     import jax
     import numpy as np
     import costmodel as cm
+    import export
     import search
     from search._src import relax, sharding
 
@@ -30,7 +32,7 @@ _SCRIPT = textwrap.dedent("""
     print(json.dumps({"devices": jax.device_count(),
                       "shards": len(x.sharding.device_set),
                       "shard_rows": [s.data.shape[0] for s in x.addressable_shards],
-                      "plan": search.plan_to_dict(res.best_plan),
+                      "plan": export.plan_to_dict(res.best_plan),
                       "step_time_s": float(res.best_estimate.step_time_s),
                       "relaxed_bound_s": res.relaxed_bound_s["split"],
                       "shared_s": _shared_run(job, cluster)}))
@@ -66,7 +68,7 @@ def test_sharded_search_matches_single_device(search_job, cluster_2x8, compact_s
   sharded = json.loads(out.strip().splitlines()[-1])
   assert sharded["devices"] == 4
   assert sharded["shards"] == 4 and sharded["shard_rows"] == [4, 4, 4, 4]
-  assert sharded["plan"] == search.plan_to_dict(single.best_plan)
+  assert sharded["plan"] == export.plan_to_dict(single.best_plan)
   assert np.isclose(sharded["step_time_s"], float(single.best_estimate.step_time_s), rtol=1e-6)
   assert np.isclose(sharded["relaxed_bound_s"], single.relaxed_bound_s["split"], rtol=1e-4)
   # The families' shared batch, sharded over the 4 devices, optimises as on one
