@@ -2,7 +2,7 @@
 
 Leaves each source (a framework's document, a paper, a repository's table, an
 issue thread) out in turn, fits the efficiency parameters on the others and
-predicts it (:func:`costmodel.validate_by_source`); reports the errors per
+predicts it (:func:`costmodel.validation.validate_by_source`); reports the errors per
 stage kind with their signs, per held-out source, stage by stage for every RL
 run, the default job's stage breakdown, and every parameter with its
 mechanism and source. Writes ``fidelity.md`` and an error plot.
@@ -62,7 +62,7 @@ def main(argv):
             if np.isfinite(r.predicted) and abs(r.error) < 10]
   fit = [c for c in usable if c.group not in NOT_FITTED]
   others = [c for c in usable if c.group in NOT_FITTED]
-  v = cm.validate_by_source(fit, steps=_STEPS.value,
+  v = cm.validation.validate_by_source(fit, steps=_STEPS.value,
                             prior=tuple(float(p) for p in _PRIORS.value), loss=_LOSS.value,
                             weighting=_WEIGHTING.value)
   extra = tables.predict_not_fitted(others, v)

@@ -19,7 +19,7 @@ ORDER = ("RL step", "generation", "log-prob", "update", "sync", "rest (untimed)"
          "feasibility", "lora_max_batch")
 
 
-def display_kind(r: cm.SourceRow) -> str:
+def display_kind(r: cm.validation.SourceRow) -> str:
   """The kind a row is summarised under."""
   if r.group == "rl_step":
     return "RL step"
@@ -36,7 +36,7 @@ def display_kind(r: cm.SourceRow) -> str:
   return r.group
 
 
-def predict_not_fitted(cases, v: cm.SourceValidation) -> list[cm.SourceRow]:
+def predict_not_fitted(cases, v: cm.validation.SourceValidation) -> list[cm.validation.SourceRow]:
   """Rows never fitted, predicted with the defaults, the fit on every source
   and the fit without their own source (the defaults' where every fit
   source is theirs)."""
@@ -44,7 +44,7 @@ def predict_not_fitted(cases, v: cm.SourceValidation) -> list[cm.SourceRow]:
   for c in cases:
     src = cm.validation.source_of(c.row_id)
     held = v.held_out.get(src, v.efficiency)
-    out.append(cm.SourceRow(c.row_id, c.group, cm.validation.stage_kind(c), c.label, src,
+    out.append(cm.validation.SourceRow(c.row_id, c.group, cm.validation.stage_kind(c), c.label, src,
                             float(c.published), float(c.predict(v.initial)),
                             float(c.predict(v.efficiency)), float(c.predict(held))))
   return out
@@ -54,7 +54,7 @@ def _median(e) -> float:
   return float(np.median(np.abs(e))) if len(e) else float("nan")
 
 
-def method(v: cm.SourceValidation, loss: str, weighting: str, n_fit: int,
+def method(v: cm.validation.SourceValidation, loss: str, weighting: str, n_fit: int,
            n_other: int) -> list[str]:
   scores = ", ".join(f"{p:g}: {s:.3f}" for p, s in v.scores.items())
   return [
@@ -176,7 +176,7 @@ def _attribute_docs() -> dict[str, str]:
   return out
 
 
-def parameter_table(v: cm.SourceValidation) -> list[str]:
+def parameter_table(v: cm.validation.SourceValidation) -> list[str]:
   docs = _attribute_docs()
   lines = ["## Parameters: mechanism and source", "",
            "Each `Efficiency` parameter as documented in its docstring (mechanism, source), "

@@ -72,7 +72,6 @@ def _baseline(method: str, j, cluster, fams, budget_s: float, seed: int,
 def warm_child(name: str, seeds: int, headline) -> dict:
   """One job, warm: every method compiled first, then ``seeds`` seeds."""
   import search  # pylint: disable=g-import-not-at-top
-  from search._src import baselines  # pylint: disable=g-import-not-at-top
   from search._src import frameworks  # pylint: disable=g-import-not-at-top
   j, cluster = job(name, headline)
   fams = frameworks.families_for(j, "any")

@@ -4,7 +4,7 @@ A search scores rows with two programs per job (:mod:`search._src.evaluate`):
 the ranking program (step time, feasibility, memory excess and per-stage
 durations; every row of the discrete phases) and the whole-estimate program
 (few rows: the top plans, the rules of thumb). The ranking program costs each
-stage once per distinct input of a chunk (:func:`costmodel.estimate_rows`), so
+stage once per distinct input of a chunk (:func:`costmodel.internal.estimate_rows`), so
 its speed depends on the rows. For each headline job of
 :mod:`benchmarks.search_benchmark` this prints the compile time and the time of
 one 2,048-row chunk on one core (the process pinned to one core; the search runs

@@ -10,8 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from costmodel._src.fit.calibrate import SourceRow
+from costmodel._src.fit.calibrate import SourceValidation
+from costmodel._src.fit.calibrate import split_cases
+from costmodel._src.fit.calibrate import validate_by_source
+from costmodel._src.fit.measurements import published_table
+from costmodel._src.fit.nemo_rl_log import nemo_rl_log_cases
 from costmodel._src.fit.validation.cases import SKIPPED
 from costmodel._src.fit.validation.cases import Case
+from costmodel._src.fit.validation.log_cases import verl_log_cases
 from costmodel._src.fit.validation.report import Row
 from costmodel._src.fit.validation.report import evaluate
 from costmodel._src.fit.validation.report import markdown
@@ -59,6 +66,7 @@ def cases(groups: Sequence[str] | None = None) -> list[Case]:
   return out
 
 
-__all__ = ("Case", "GROUPS", "Row", "SKIPPED", "SKIPPED_MORE", "SKIPPED_RL", "STAGE_KINDS", "cases",
-           "evaluate", "inferred_means", "markdown", "rl_runs", "source_of", "stage_kind",
-           "summary")
+__all__ = ("Case", "GROUPS", "Row", "SKIPPED", "SKIPPED_MORE", "SKIPPED_RL", "STAGE_KINDS",
+           "SourceRow", "SourceValidation", "cases", "evaluate", "inferred_means", "markdown",
+           "nemo_rl_log_cases", "published_table", "rl_runs", "source_of", "split_cases",
+           "stage_kind", "summary", "validate_by_source", "verl_log_cases")

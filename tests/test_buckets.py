@@ -110,7 +110,7 @@ def test_nemo_rl_log_cases_predict_the_buckets(tmp_path, run):
   rows = [{"step": s, "timing/train/total_step_time": 400.0 if s == 1 else 200.0 + s,
            "timing/train/exposed_generation": 100.0 + s, "timing/train/weight_sync": 5.0}
           for s in range(1, 6)]
-  cases = cm.nemo_rl_log_cases(_write_jsonl(tmp_path / "run.jsonl", rows), job, plan, cluster,
+  cases = cm.validation.nemo_rl_log_cases(_write_jsonl(tmp_path / "run.jsonl", rows), job, plan, cluster,
                                skip=1)
   by = {c.label: c for c in cases}
   assert by["total_step_time"].published == pytest.approx(203.5)  # median of steps 2-5
@@ -121,4 +121,4 @@ def test_nemo_rl_log_cases_predict_the_buckets(tmp_path, run):
     assert float(case.predict(cm.Efficiency())) == pytest.approx(float(expected[label]), rel=1e-5)
   assert by["total_step_time"].group == "rl_step" and by["weight_sync"].group == "rl_stage"
   with pytest.raises(ValueError, match="skip=9 leaves none of the log's 5 steps"):
-    cm.nemo_rl_log_cases(_write_jsonl(tmp_path / "r.jsonl", rows), job, plan, cluster, skip=9)
+    cm.validation.nemo_rl_log_cases(_write_jsonl(tmp_path / "r.jsonl", rows), job, plan, cluster, skip=9)

@@ -35,7 +35,7 @@ def test_calibration_recovers_known_parameters_and_reduces_error():
   truth = cm.Efficiency(attention_efficiency=0.5, matmul_half_rows=96.0,
                         memory_half_time_s=1.0e-6, link_efficiency=0.8)
   cases = _synthetic_cases(truth)
-  fit, held = cm.split_cases(cases, holdout_fraction=0.3, seed=0)
+  fit, held = cm.validation.split_cases(cases, holdout_fraction=0.3, seed=0)
   result = cm.calibrate(fit, held, fields=("attention_efficiency", "matmul_half_rows",
                                            "memory_half_time_s", "link_efficiency"),
                         steps=150, learning_rate=0.08, prior=0.0)
@@ -62,8 +62,8 @@ def test_calibrated_parameters_stay_physical():
 
 def test_split_is_seeded_and_stratified():
   cases = cm.validation.cases(["training", "kernel"])
-  a = cm.split_cases(cases, 0.3, seed=1)
-  b = cm.split_cases(cases, 0.3, seed=1)
+  a = cm.validation.split_cases(cases, 0.3, seed=1)
+  b = cm.validation.split_cases(cases, 0.3, seed=1)
   assert [c.label for c in a[0]] == [c.label for c in b[0]]
   assert {c.group for c in a[1]} == {"training", "kernel"}
   assert len(a[0]) + len(a[1]) == len(cases)
@@ -71,7 +71,7 @@ def test_split_is_seeded_and_stratified():
 
 def test_summary_table_and_str():
   cases = cm.validation.cases(["kernel"])
-  fit, held = cm.split_cases(cases, 0.3, seed=0)
+  fit, held = cm.validation.split_cases(cases, 0.3, seed=0)
   result = cm.calibrate(fit, held, steps=5)
   table = result.summary_table()
   assert {row["part"] for row in table} == {"fit", "held-out"}
@@ -98,13 +98,13 @@ def test_calibrate_rejects_non_positive_measurement():
 
 def test_split_rejects_bad_fraction():
   with pytest.raises(ValueError, match="holdout_fraction=1.5"):
-    cm.split_cases(cm.validation.cases(["kernel"]), 1.5)
+    cm.validation.split_cases(cm.validation.cases(["kernel"]), 1.5)
 
 
 def test_verl_log_cases_from_the_packaged_example_and_fit():
   job, plan, cluster = _default_plan()
   path = importlib.resources.files("costmodel") / "data" / "example_verl_log.jsonl"
-  cases = cm.verl_log_cases(str(path), job, plan, cluster)
+  cases = cm.validation.verl_log_cases(str(path), job, plan, cluster)
   stages = {c.label for c in cases}
   assert {"gen", "old_log_prob", "ref", "update_actor", "step"} <= stages
   medians = cm.steady_state(cm.read_verl_log(str(path)))
@@ -122,7 +122,7 @@ def test_verl_log_cases_without_known_stages(tmp_path):
   log.write_text('{"step": 1, "timing_s/testing": 3.0}\n{"step": 2, "timing_s/testing": 3.0}\n'
                  '{"step": 3, "timing_s/adv": 1.0}\n{"step": 4, "timing_s/adv": 1.0}\n')
   with pytest.raises(ValueError, match="none of the stages"):
-    cm.verl_log_cases(str(log), job, plan, cluster)
+    cm.validation.verl_log_cases(str(log), job, plan, cluster)
 
 
 def _synthetic_microbench(hw, eff):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import costmodel as cm
+from costmodel import internal as cmi
 import search
 from search._src import space as space_lib
 
@@ -73,8 +74,8 @@ def _layout(d, r, gpus, facts, job_facts, trained, xp=np):
 
 def _readings(d, rule_sets, xp=np):
   """Mask and exact penalty of every row under ``rule_sets`` (vectorised)."""
-  facts = {k: np.asarray([cm.model_fields(cm.models.get(m))[k] for m in MODELS])
-           for k in cm.model_fields(cm.models.get(MODELS[0]))}
+  facts = {k: np.asarray([cmi.model_fields(cm.models.get(m))[k] for m in MODELS])
+           for k in cmi.model_fields(cm.models.get(MODELS[0]))}
   samples = np.where(d["batch"] == 0, 512.0, 480.0)
   job_facts = {"samples": samples, "mini_batch_samples": samples / np.where(d["batch"] == 0, 1, 4)}
   split = d["split"] == 1
@@ -88,8 +89,8 @@ def _readings(d, rule_sets, xp=np):
 
   def add(scope, fields, on=None, sets=()):
     nonlocal mask, pen
-    m = np.asarray(cm.rule_mask(scope, fields, sets, xp=xp))
-    p = np.asarray(cm.rule_penalty(scope, fields, 0.0, sets, xp=xp))
+    m = np.asarray(cmi.rule_mask(scope, fields, sets, xp=xp))
+    p = np.asarray(cmi.rule_penalty(scope, fields, 0.0, sets, xp=xp))
     on = np.ones(len(gen), bool) if on is None else np.asarray(on, bool)
     mask &= m | ~on
     pen += np.where(on, p, 0.0)
@@ -233,18 +234,18 @@ def test_sync_and_streaming_rules_come_from_the_table():
             "fuse_training": np.zeros(4), "critic_on_actor_pool": np.ones(4),
             "sync_ipc": np.array([1.0, 1.0, 0.0, 0.0]),
             "sync_reshard": np.array([0.0, 0.0, 1.0, 1.0]), "require_batches": np.zeros(4)}
-  np.testing.assert_array_equal(cm.rule_mask("placement", fields), [True, False, False, True])
+  np.testing.assert_array_equal(cmi.rule_mask("placement", fields), [True, False, False, True])
   streaming = {**fields, "sync_ipc": np.zeros(4), "sync_reshard": np.zeros(4),
                "require_batches": np.array([0.0, 2.0, 2.0, 2.0])}
-  np.testing.assert_array_equal(cm.rule_mask("placement", streaming),
+  np.testing.assert_array_equal(cmi.rule_mask("placement", streaming),
                                 [True, True, False, True])
-  ok = cm.rule_mask("schedule", {"require_batches": np.array([0.0, 2.0, 3.0, 4.0]),
+  ok = cmi.rule_mask("schedule", {"require_batches": np.array([0.0, 2.0, 3.0, 4.0]),
                                  "mini_batches": np.array([1.0, 4.0, 4.0, 4.0])})
   np.testing.assert_array_equal(ok, [True, True, False, True])
-  np.testing.assert_allclose(cm.rule_penalty("schedule", {"require_batches": 3.0,
+  np.testing.assert_allclose(cmi.rule_penalty("schedule", {"require_batches": 3.0,
                                                           "mini_batches": 4.0}, 0.0), 1.0 / 3.0)
   with pytest.raises(ValueError, match=r"require_batches=3 must divide the job's mini_batches=4"):
-    cm.check_rules("schedule", {"require_batches": 3, "mini_batches": 4})
+    cmi.check_rules("schedule", {"require_batches": 3, "mini_batches": 4})
 
 
 def test_zero3_rule_is_an_optional_set(cluster):
@@ -265,13 +266,13 @@ def test_interleave_rule_is_an_optional_set(cluster):
     cm.validate_plan(job, uneven, cluster, frameworks=("interleave",))
   even = cm.Plan.colocated(job, cluster, train=cm.Parallel(pp=2.0, vpp=2.0))
   cm.validate_plan(job, even, cluster, frameworks=("interleave",))
-  fields = cm.layout_fields(job.actor, 8.0, 1.0, np.array([1.0, 2.0, 2.0, 4.0]), 1.0, 1.0,
+  fields = cmi.layout_fields(job.actor, 8.0, 1.0, np.array([1.0, 2.0, 2.0, 4.0]), 1.0, 1.0,
                             vpp=np.array([2.0, 2.0, 4.0, 1.0]))
-  np.testing.assert_array_equal(cm.rule_mask("layout", fields, ("interleave",)),
+  np.testing.assert_array_equal(cmi.rule_mask("layout", fields, ("interleave",)),
                                 [False, True, False, True])
   # pp = 1 with vpp = 2 breaks vpp_needs_pp by one stage; pp = 2 with vpp = 4
   # leaves 28 mod 8 = 4 layers over (4 / 8).
-  np.testing.assert_allclose(cm.rule_penalty("layout", fields, 0.0, ("interleave",)),
+  np.testing.assert_allclose(cmi.rule_penalty("layout", fields, 0.0, ("interleave",)),
                              [1.0, 0.0, 0.5, 0.0])
 
 
@@ -296,7 +297,7 @@ def test_framework_batch_rules(framework, name):
 
 
 def test_mode_rule_comes_from_the_table():
-  ok = cm.rule_mask("mode", {"staleness": np.array([0.0, 0.0, 1.0]),
+  ok = cmi.rule_mask("mode", {"staleness": np.array([0.0, 0.0, 1.0]),
                              "partial": np.array([0.0, 1.0, 1.0])})
   np.testing.assert_array_equal(ok, [True, False, True])
   with pytest.raises(ValueError, match=r"Mode: partial_rollout=True needs staleness >= 1"):
@@ -306,9 +307,9 @@ def test_mode_rule_comes_from_the_table():
 def test_staleness_threshold_rule_comes_from_the_table():
   fields = {"staleness": np.array([0.0, 0.0, 1.0, 2.0]), "partial": np.zeros(4),
             "threshold": np.array([np.nan, 0.5, 0.5, np.nan])}
-  np.testing.assert_array_equal(cm.rule_mask("mode", fields), [True, False, True, True])
+  np.testing.assert_array_equal(cmi.rule_mask("mode", fields), [True, False, True, True])
   np.testing.assert_array_equal(
-      cm.rule_violations("mode", fields)["threshold_needs_staleness"], [0.0, 1.0, 0.0, 0.0])
+      cmi.rule_violations("mode", fields)["threshold_needs_staleness"], [0.0, 1.0, 0.0, 0.0])
   with pytest.raises(ValueError, match=r"Mode: staleness_threshold=0.5 needs staleness >= 1"):
     cm.Mode(staleness_threshold=0.5)
   with pytest.raises(ValueError, match=r"Mode: staleness_threshold=-0.1 must be a number >= 0"):
@@ -318,9 +319,9 @@ def test_staleness_threshold_rule_comes_from_the_table():
 
 def test_unknown_scope_and_rule_names():
   with pytest.raises(ValueError, match=r"scope='layouts' is not one of"):
-    cm.rule_mask("layouts", {})
+    cmi.rule_mask("layouts", {})
   with pytest.raises(ValueError, match=r"only: rule 'tp_heads' is not one of"):
-    cm.rule_mask("layout", {}, only=("tp_heads",))
+    cmi.rule_mask("layout", {}, only=("tp_heads",))
 
 
 # ----- the relaxed penalty -------------------------------------------------------
@@ -328,18 +329,18 @@ def test_unknown_scope_and_rule_names():
 
 def _relaxed_fields(x, model):
   tp, pp, cp, ep, gpus = (jnp.exp2(x[k]) for k in range(5))
-  return cm.layout_fields(model, gpus, tp, pp, cp, ep, zero=3.0, micro_batch=jnp.exp2(x[5]),
+  return cmi.layout_fields(model, gpus, tp, pp, cp, ep, zero=3.0, micro_batch=jnp.exp2(x[5]),
                           samples=512.0, mini_batch_samples=128.0, trained=True)
 
 
 @pytest.mark.parametrize("tau", [1.0, 0.1, 0.0])
 def test_penalty_is_finite_with_finite_gradients(tau):
   model = cm.models.get("deepseek-v3")
-  sets = cm.RULE_SETS
+  sets = cmi.RULE_SETS
 
   def penalty(x):
-    return (cm.rule_penalty("layout", _relaxed_fields(x, model), tau, sets, xp=jnp)
-            + cm.rule_penalty("engine", cm.engine_fields(model, jnp.exp2(x[4]), jnp.exp2(x[0]),
+    return (cmi.rule_penalty("layout", _relaxed_fields(x, model), tau, sets, xp=jnp)
+            + cmi.rule_penalty("engine", cmi.engine_fields(model, jnp.exp2(x[4]), jnp.exp2(x[0]),
                                                          jnp.exp2(x[1]), 1.0), tau, xp=jnp))
 
   # Degrees that overflow the pool (tp*pp*cp = 2^5.4 on 2^3 GPUs), and whole powers of two.
@@ -358,10 +359,10 @@ def test_penalty_is_finite_with_finite_gradients(tau):
 
 def test_relaxed_layout_rule_is_log2_overflow():
   model = cm.models.get("qwen2.5-1.5b")
-  f = cm.layout_fields(model, jnp.asarray(8.0), jnp.asarray(4.0), jnp.asarray(4.0), 1.0, 1.0)
-  got = cm.rule_penalty("layout", f, 1.0, xp=jnp, only=("layout_divides_pool",))
+  f = cmi.layout_fields(model, jnp.asarray(8.0), jnp.asarray(4.0), jnp.asarray(4.0), 1.0, 1.0)
+  got = cmi.rule_penalty("layout", f, 1.0, xp=jnp, only=("layout_divides_pool",))
   np.testing.assert_allclose(float(got), 1.0)  # log2(16) - log2(8)
-  got = cm.rule_penalty("layout", f, 0.0, xp=jnp, only=("layout_divides_pool",))
+  got = cmi.rule_penalty("layout", f, 0.0, xp=jnp, only=("layout_divides_pool",))
   np.testing.assert_allclose(float(got), 0.5)  # 8 mod 16 / 16
 
 

@@ -1,4 +1,4 @@
-"""Each stage costed once per distinct input of a batch (costmodel.estimate_rows):
+"""Each stage costed once per distinct input of a batch (cmi.estimate_rows):
 row by row the estimates of estimate_shared, distinct inputs found exactly (hash
 collisions included), sweeps that keep a stage's inputs share its cost, and bad
 input."""
@@ -9,12 +9,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import score_checks
 
-import costmodel as cm
+from costmodel import internal as cmi
 from costmodel._src.step import factored
 from search._src import frameworks as fw_lib
 from search._src import shared as shared_lib
-import score_checks
 
 FAMILIES = ("colocated", "split")
 
@@ -56,8 +56,8 @@ def test_estimate_rows_is_estimate_shared_row_by_row(shared, block):
   job, cluster = shared.job, shared.cluster
   plans_of = _plans_of(shared)
   rows = jnp.asarray(_batch(shared))
-  got = jax.jit(lambda r: cm.estimate_rows(job, plans_of, r, cluster, block=block))(rows)
-  want = jax.jit(jax.vmap(lambda r: cm.estimate_shared(job, *plans_of(r), cluster)))(rows)
+  got = jax.jit(lambda r: cmi.estimate_rows(job, plans_of, r, cluster, block=block))(rows)
+  want = jax.jit(jax.vmap(lambda r: cmi.estimate_shared(job, *plans_of(r), cluster)))(rows)
   fam = np.asarray(rows[:, -1]).astype(int)
   finite = 0
   for k in range(len(shared.spaces)):
@@ -123,7 +123,7 @@ def test_one_trace_serves_every_batch_of_a_shape(shared):
     traced.append(1)
     return _plans_of(shared)(v)
 
-  f = jax.jit(lambda r: cm.estimate_rows(job, plans_of, r, cluster)[0].step_time_s)
+  f = jax.jit(lambda r: cmi.estimate_rows(job, plans_of, r, cluster)[0].step_time_s)
   rows = _batch(shared)
   f(jnp.asarray(rows))
   n = len(traced)
@@ -135,7 +135,7 @@ def test_one_trace_serves_every_batch_of_a_shape(shared):
 @pytest.mark.parametrize("block", [0, -3, 2.0, True])
 def test_bad_block(shared, block):
   with pytest.raises(ValueError, match=r"block=.* must be a positive integer"):
-    cm.estimate_rows(shared.job, _plans_of(shared), jnp.asarray(_batch(shared)),
+    cmi.estimate_rows(shared.job, _plans_of(shared), jnp.asarray(_batch(shared)),
                      shared.cluster, block=block)
 
 

@@ -1,4 +1,4 @@
-"""Rows grouped by labels (costmodel.estimate_rows with labels, enumeration's
+"""Rows grouped by labels (cmi.estimate_rows with labels, enumeration's
 scorer): the element dependence it rests on, the labels enumeration gives its
 rows, estimates equal to those grouped by stage inputs, labels that are used,
 and bad input."""
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import score_checks
 
-import costmodel as cm
+from costmodel import internal as cmi
 from costmodel._src.step import dependence
 from costmodel._src.step import factored
 from search._src import evaluate
@@ -124,7 +124,7 @@ def test_a_sweep_of_one_block_costs_the_other_blocks_stages_once(split):
 
 def _estimate_rows(fs, rows, **kw):
   st = fs.structure
-  return cm.estimate_rows(fs.job, lambda v: ((st.to_plan(v),), 0), jnp.asarray(rows, jnp.float32),
+  return cmi.estimate_rows(fs.job, lambda v: ((st.to_plan(v),), 0), jnp.asarray(rows, jnp.float32),
                           fs.cluster, **kw)
 
 

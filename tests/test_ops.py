@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import costmodel as cm
+from costmodel import internal as cmi
 from costmodel._src.ops import collectives
 from costmodel._src.ops import efficiency as eff_lib
 from costmodel._src.ops import layers
@@ -535,7 +536,7 @@ _SMOOTH_CASES = (
 def test_a_known_tau_traces_one_branch_with_the_same_value_and_gradient(name, f):
 
   def promised(t):
-    with cm.positive_tau():
+    with cmi.positive_tau():
       return f(t)
 
   n_both = len(jax.make_jaxpr(f)(0.1).eqns)  # a traced tau: both branches, jnp.where
@@ -557,7 +558,7 @@ def test_known_positive():
   seen = []
 
   def promised(t):
-    with cm.positive_tau():
+    with cmi.positive_tau():
       seen.append(smooth.known_positive(t))
     return t
 

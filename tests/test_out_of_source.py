@@ -67,7 +67,7 @@ def test_every_non_rl_case_has_a_source():
 
 
 def _case(row_id, group, label):
-  return cm.Case(row_id, group, label, 1.0, "s", lambda eff: eff.infer_overhead_s)
+  return cm.validation.Case(row_id, group, label, 1.0, "s", lambda eff: eff.infer_overhead_s)
 
 
 def test_stage_kind_follows_the_timer():
@@ -83,7 +83,7 @@ def test_stage_kind_follows_the_timer():
 
 def _scaled(row_id, published, scale):
   """A case predicting ``scale x infer_overhead_s`` (0.5 s by default)."""
-  return cm.Case(row_id, "rl_step", row_id, published, "s",
+  return cm.validation.Case(row_id, "rl_step", row_id, published, "s",
                  lambda eff, k=scale: k * eff.infer_overhead_s)
 
 
@@ -92,7 +92,7 @@ def test_a_held_out_source_never_sees_its_own_figures():
   # (the DeepSeek-V3 doc) agrees with the default 0.5 s.
   a = [_scaled("rl:14", 2.0 * k, k) for k in (1.0, 2.0)]
   b = [_scaled("rl:18", 0.5 * k, k) for k in (1.0, 3.0)]
-  v = cm.validate_by_source(a + b, fields=("infer_overhead_s",), steps=150,
+  v = cm.validation.validate_by_source(a + b, fields=("infer_overhead_s",), steps=150,
                             learning_rate=0.1, prior=0.0, loss="squared", weighting="case")
   assert len(v.sources()) == 2
   rows = {(r.source, r.published): r for r in v.rows}
@@ -116,9 +116,9 @@ def test_a_held_out_source_never_sees_its_own_figures():
 
 def test_leaving_one_source_out_needs_two_sources():
   with pytest.raises(ValueError, match="two or more sources"):
-    cm.validate_by_source([_scaled("rl:14", 1.0, 1.0), _scaled("rl:15", 2.0, 2.0)],
+    cm.validation.validate_by_source([_scaled("rl:14", 1.0, 1.0), _scaled("rl:15", 2.0, 2.0)],
                           fields=("infer_overhead_s",), steps=1)
   with pytest.raises(ValueError, match="field='nope'"):
-    cm.validate_by_source([_scaled("rl:14", 1.0, 1.0)], fields=("nope",), steps=1)
+    cm.validation.validate_by_source([_scaled("rl:14", 1.0, 1.0)], fields=("nope",), steps=1)
   with pytest.raises(ValueError, match="published=-1"):
-    cm.validate_by_source([_scaled("rl:14", -1.0, 1.0)], fields=("infer_overhead_s",), steps=1)
+    cm.validation.validate_by_source([_scaled("rl:14", -1.0, 1.0)], fields=("infer_overhead_s",), steps=1)

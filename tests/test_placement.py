@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import costmodel as cm
+from costmodel import internal as cmi
 import search
 from search._src import result as result_lib
 
@@ -51,7 +52,7 @@ def test_every_placement_builds_a_valid_plan(name, ppo, cluster):
   assert {p.name: float(p.gpus) for p in plan.pools} == _SIZES[name]
   assert plan.rollout_pool == place.rollout_pool
   assert plan.mode == place.mode and place.allows(plan.mode)
-  assert [r.role for r in plan.roles] == list(cm.required_roles(ppo))
+  assert [r.role for r in plan.roles] == list(cmi.required_roles(ppo))
   for r in plan.roles:
     assert r.pool == place.pool_of(r.role)
   assert plan.role("critic").train == cm.Parallel(tp=1.0, pp=2.0)

@@ -7,7 +7,8 @@ import pytest
 
 import costmodel as cm
 
-PACKAGES = ("costmodel", "costmodel.models", "costmodel.hardware", "search", "export")
+PACKAGES = ("costmodel", "costmodel.models", "costmodel.hardware", "costmodel.internal", "search",
+            "export")
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -52,9 +53,22 @@ def test_all_lists_exactly_the_public_namespace(package):
 def test_costmodel_exports_the_documented_api():
   for name in ("estimate", "validate_plan", "Plan", "Pool", "RolePlan", "Mode", "Parallel",
                "Engine", "RLJob", "ResponseLength", "Cluster", "Hardware", "Efficiency",
-               "Estimate", "ModelSpec", "roofline", "collective_time", "hardware", "models",
-               "Placement", "placement", "placements", "build_plan", "required_roles"):
+               "Estimate", "ModelSpec", "hardware", "models", "Placement", "placement",
+               "placements", "build_plan", "calibrate", "read_verl_log", "read_nemo_rl_log"):
     assert name in cm.__all__, name
+
+
+def test_costmodel_exports_at_most_40_names_and_keeps_plumbing_internal():
+  from costmodel import internal  # pylint: disable=g-import-not-at-top
+  assert len(cm.__all__) <= 40, len(cm.__all__)
+  # What the search reads to vectorise the model is internal, not exported.
+  for name in ("estimate_rows", "stage_cost_rows", "rule_mask", "positive_tau", "xla_options",
+               "pytree_dataclass", "required_roles", "roofline"):
+    assert name not in cm.__all__ and not hasattr(cm, name), name
+    assert name in internal.__all__, name
+  # Validation's data and reports are the validation module's.
+  for name in ("validate_by_source", "split_cases", "verl_log_cases", "Case"):
+    assert name not in cm.__all__ and name in cm.validation.__all__, name
 
 
 def test_search_exports_one_result_type():

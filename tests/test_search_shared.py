@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import costmodel as cm
-import search
+from costmodel import internal as cmi
 from costmodel._src.stages import registry
+import search
 from search._src import compile_cache
 from search._src import evaluate
 from search._src import family_search
@@ -43,7 +44,7 @@ def _plans(job):
 
 def test_estimate_shared_is_each_plans_estimate(search_job, cluster_2x8):
   plans = _plans(search_job)
-  f = jax.jit(lambda which, plans: cm.estimate_shared(search_job, plans, which, cluster_2x8))
+  f = jax.jit(lambda which, plans: cmi.estimate_shared(search_job, plans, which, cluster_2x8))
   for k, plan in enumerate(plans):
     own = cm.estimate(search_job, plan, cluster_2x8)
     got = f(jnp.int32(k), plans)[k]
@@ -58,7 +59,7 @@ def test_stages_with_value_only_differences_are_costed_once(search_job, cluster_
   for kind, fn in list(registry.STAGE_FUNCTIONS.items()):
     monkeypatch.setitem(registry.STAGE_FUNCTIONS, kind,
                         lambda *a, fn=fn, kind=kind: (calls.append(kind), fn(*a))[1])
-  jax.make_jaxpr(lambda w, p: cm.estimate_shared(search_job, p, w, cluster_2x8))(
+  jax.make_jaxpr(lambda w, p: cmi.estimate_shared(search_job, p, w, cluster_2x8))(
       0, _plans(search_job))
   # Generation, scoring, training: once for both families. The weight sync differs
   # in structure (within one pool or across two), so each family costs its own;

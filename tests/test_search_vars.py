@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import costmodel as cm
+from costmodel import internal as cmi
 import search
 from search._src import frameworks as fw_lib
 from search._src import space as space_lib
@@ -132,10 +133,10 @@ def test_invalid_interleaving_is_excluded_and_repaired(cluster_2x8):
   np.testing.assert_array_equal(fs.valid(fixed[:2]), [True, True])
   # The relaxed measure at tau > 0 leaves vpp with pp = 1 to rounding (the model has no
   # bubble to shorten there) and charges pp x vpp above the layers in log2 units.
-  fields = cm.layout_fields(job.actor, 16.0, 1.0, np.array([1.0, 8.0, 16.0]), 1.0, 1.0,
+  fields = cmi.layout_fields(job.actor, 16.0, 1.0, np.array([1.0, 8.0, 16.0]), 1.0, 1.0,
                             vpp=np.array([2.0, 4.0, 4.0]))
   np.testing.assert_allclose(
-      cm.rule_penalty("layout", fields, 0.5, ("interleave",),
+      cmi.rule_penalty("layout", fields, 0.5, ("interleave",),
                       only=("vpp_needs_pp", "vpp_divides_layers")),
       [0.0, np.log2(32 / 28), np.log2(64 / 28)], rtol=1e-6)
 

@@ -1,4 +1,4 @@
-"""Stage cost tables (search._src.stage_tables, costmodel.estimate_rows with
+"""Stage cost tables (search._src.stage_tables, cmi.estimate_rows with
 tables): which stages one block decides, the rows they are costed on, scores
 equal to those costed per chunk, tables that are used, and bad input."""
 
@@ -11,6 +11,7 @@ import pytest
 import score_checks
 
 import costmodel as cm
+from costmodel import internal as cmi
 import search
 from search._src import baseline_run
 from search._src import evaluate
@@ -116,7 +117,7 @@ def test_stage_cost_rows_are_each_plans_stage_costs(split):
   fs, blocks, _ = split
   rows = blocks.decode(0, 0, 3)
   st = fs.structure
-  costs = cm.stage_cost_rows(fs.job, lambda v: ((st.to_plan(v),), 0),
+  costs = cmi.stage_cost_rows(fs.job, lambda v: ((st.to_plan(v),), 0),
                              jnp.asarray(rows, jnp.float32), fs.cluster)
   for k, row in enumerate(rows.astype(np.float32).astype(np.float64)):
     est = cm.estimate(fs.job, fs.to_plan(row), fs.cluster)
@@ -127,7 +128,7 @@ def test_stage_cost_rows_are_each_plans_stage_costs(split):
 
 def _estimate_rows(fs, rows, labels, **kw):
   st = fs.structure
-  return cm.estimate_rows(fs.job, lambda v: ((st.to_plan(v),), 0), jnp.asarray(rows, jnp.float32),
+  return cmi.estimate_rows(fs.job, lambda v: ((st.to_plan(v),), 0), jnp.asarray(rows, jnp.float32),
                           fs.cluster, labels=None if labels is None else jnp.asarray(labels),
                           **kw)
 
@@ -174,5 +175,5 @@ def test_bad_tables_for_the_evaluator(split):
                                        r"'s table has \d+ rows"):
     ev.scores(rows, labels=labels)
   with pytest.raises(ValueError, match=r"names=\('nap',\) holds \['nap'\], not stages"):
-    cm.stage_cost_rows(fs.job, lambda v: ((fs.structure.to_plan(v),), 0),
+    cmi.stage_cost_rows(fs.job, lambda v: ((fs.structure.to_plan(v),), 0),
                        jnp.asarray(rows, jnp.float32), fs.cluster, names=("nap",))

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import costmodel as cm
+from costmodel import internal as cmi
 from costmodel._src.step import algorithms
 
 GIB = 2.0**30
@@ -105,7 +106,7 @@ def test_colocated_ppo_timeline_respects_the_stage_graph(ppo_job, cluster_2x8):
     ("split", cm.Mode(staleness=1, partial_rollout=True)),
     ("split", cm.Mode(rollout_log_probs=True))])
 def test_stage_names_and_durations_without_the_timeline(ppo_job, cluster_2x8, placement, mode):
-  """``cm.stage_names`` names the estimate's stages without costing them (the
+  """``cmi.stage_names`` names the estimate's stages without costing them (the
   switch only where a role shares the rollout pool, no old log-prob pass where
   the engine returns it), and ``duration_s`` is each stage's end minus start."""
   if placement == "colocated":
@@ -113,7 +114,7 @@ def test_stage_names_and_durations_without_the_timeline(ppo_job, cluster_2x8, pl
   else:
     plan = cm.Plan.split(ppo_job, cluster_2x8, 8, mode=mode, engine=cm.Engine(tp=1.0))
   est = cm.estimate(ppo_job, plan, cluster_2x8)
-  assert cm.stage_names(ppo_job, plan) == est.stage_names
+  assert cmi.stage_names(ppo_job, plan) == est.stage_names
   assert ("switch" in est.stage_names) == (placement == "colocated")
   assert ("old_log_prob" in est.stage_names) == (not mode.rollout_log_probs)
   end = np.asarray(est.end_s)

@@ -269,7 +269,7 @@ def moe_fp8_rows():
 
 
 def test_moe_and_fp8_cases_quote_their_table():
-  table = {f"moe_fp8:{r['id']}": float(r["value"]) for r in cm.published_table(MOE_FP8_TABLE)}
+  table = {f"moe_fp8:{r['id']}": float(r["value"]) for r in cm.validation.published_table(MOE_FP8_TABLE)}
   selected = validation.cases(["moe", "fp8"])
   assert {c.row_id for c in selected} == set(table)
   for c in selected:

@@ -22,7 +22,7 @@ import time
 import jax
 from jax import monitoring
 
-import costmodel as cm
+from costmodel import internal as cmi
 
 ENV = "RLCOST_JAX_CACHE"
 _OFF = ("", "0", "off", "none", "false")
@@ -64,8 +64,8 @@ def enable(path: str | bool | None = None) -> str | None:
 
 # XLA options of the search's programs (defined with the cost model's, which
 # its calibration and anchor inference use too).
-FAST_COMPILE = cm.xla_options.FAST_COMPILE
-FORWARD = cm.xla_options.FORWARD
+FAST_COMPILE = cmi.xla_options.FAST_COMPILE
+FORWARD = cmi.xla_options.FORWARD
 # The exact programs' options by kind: the ranking program scores every row of
 # the discrete phases, the whole-estimate program few rows (the top plans, the
 # rules of thumb). A search whose discrete phases alone score few rows compiles

@@ -2,7 +2,7 @@
 
 One jitted function per family structure (or shared space) evaluates a
 fixed-size chunk of value vectors with the exact model (``tau = 0``), each stage
-costed once per distinct input of the chunk (:func:`costmodel.estimate_rows`);
+costed once per distinct input of the chunk (:func:`costmodel.internal.estimate_rows`);
 larger batches are cut into chunks (the last one padded with copies, which cost
 no stage twice) so memory stays bounded and nothing recompiles; the chunks of a
 batch run in one thread per core. The job, cluster and efficiency parameters are
@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 import costmodel as cm
+from costmodel import internal as cmi
 from search._src import compile_cache
 from search._src import exact_programs as programs
 from search._src import shared as shared_lib
@@ -76,7 +77,7 @@ class Evaluator:
       every row (uniform samples of a large space, which share few).
     label_of: With ``factored`` and not ``full``: for each variable, the column
       of the labels :meth:`scores` may be given that identifies its value
-      (:func:`costmodel.estimate_rows`).
+      (:func:`costmodel.internal.estimate_rows`).
     tables: With ``label_of``: stage name -> ``(labels column, costs)``, the
       stage's costs looked up by each row's label in that column
       (:func:`search._src.stage_tables.build`); labelled rows are then scored
@@ -299,7 +300,7 @@ class Evaluator:
       raise ValueError("Evaluator.stage_scores needs full=True")
     values = np.asarray(values, dtype=np.float32)
     if self._stage_names is None:
-      self._stage_names = cm.stage_names(self.fs.job, self.fs.to_plan(
+      self._stage_names = cmi.stage_names(self.fs.job, self.fs.to_plan(
           self._first_rows(1)[0].astype(np.float64)))
 
     def pick(part):

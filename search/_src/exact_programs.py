@@ -12,6 +12,7 @@ import jax
 import numpy as np
 
 import costmodel as cm
+from costmodel import internal as cmi
 from search._src import compile_cache
 from search._src import space as space_lib
 
@@ -25,9 +26,9 @@ def _one(structure, job, cluster, eff, v):
 
 def _factored(structure, job, cluster, eff, values, labels=None, label_of=None, tables=None):
   """Every row's ``(Estimate, memory excess)``, each stage costed once per
-  distinct input of ``values`` (:func:`costmodel.estimate_rows`; grouped by
+  distinct input of ``values`` (:func:`costmodel.internal.estimate_rows`; grouped by
   ``labels`` where given, looked up in ``tables`` where they hold it)."""
-  est, = cm.estimate_rows(job, lambda v: ((structure.to_plan(v),), 0), values, cluster, eff,
+  est, = cmi.estimate_rows(job, lambda v: ((structure.to_plan(v),), 0), values, cluster, eff,
                           labels=labels, label_of=label_of, tables=tables)
   excess = jax.vmap(lambda v, e: space_lib.memory_excess(structure, v, e, job, cluster))(
       values, est)

@@ -5,7 +5,7 @@ configuration can express, as its exporter (:mod:`export`) reads it:
 
 * the placement families it runs (which pools, which asynchronous modes);
 * its batch divisibility rules (optional sets of the rule table,
-  :data:`costmodel.RULE_SETS`);
+  :data:`costmodel.internal.RULE_SETS`);
 * how its pools sit on nodes (``uniform``: ``nnodes x n_gpus_per_node`` Ray
   groups; ``whole``: whole nodes on a multi-node cluster);
 * the parallelisms and settings it has (e.g. FSDP without TP/PP for veRL's
@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 
 import costmodel as cm
+from costmodel import internal as cmi
 import export as export_lib
 from search._src import space as space_lib
 
@@ -195,7 +196,7 @@ def get(name: str) -> Framework:
   Raises:
     ValueError: for an unknown name.
   """
-  cm.check_one_of("", NAMES, framework=name)
+  cmi.check_one_of("", NAMES, framework=name)
   return _REGISTRY[name]
 
 
@@ -253,7 +254,7 @@ def families_for(job: cm.RLJob, framework: str, max_staleness: int = 0,
   fw = get(framework)
   modes = allowed_modes(max_staleness, partial_rollout)
   runs = fw.families
-  if fw.critic_families is not None and "critic" in cm.required_roles(job):
+  if fw.critic_families is not None and "critic" in cmi.required_roles(job):
     runs = fw.critic_families
   return tuple(p.name for p in cm.placements(job)
                if p.name in runs and any(p.allows(m) for m in modes))

@@ -35,6 +35,7 @@ import numpy as np
 import optax
 
 import costmodel as cm
+from costmodel import internal as cmi
 from search._src import compile_cache
 from search._src import differences
 from search._src import sharding
@@ -135,7 +136,7 @@ def _objective(fs_static, job, cluster, eff, x, tau, weight):
     return fs.relaxed_objective(job, cluster, eff, x, tau, weight)
   v = fs.relaxed_values(x)
   plan = structure.to_plan(v)
-  with cm.positive_tau():  # tau > 0 throughout: trace the smooth model only
+  with cmi.positive_tau():  # tau > 0 throughout: trace the smooth model only
     est = cm.estimate(job, plan, cluster, eff, tau=tau)
   step, penalty = est.step_time_s, penalty_of(structure, v, est, job, cluster)
   return loss_of(step, penalty, weight), (step, penalty)
@@ -221,7 +222,7 @@ class Static:
 # The relaxed loop runs a few hundred cheap steps, so XLA's backend
 # optimisation buys little run time but costs most of the compile time of the
 # (large) gradient graph (:data:`~search._src.compile_cache.FAST_COMPILE`).
-# The objective is traced inside :func:`costmodel.positive_tau` (the annealed
+# The objective is traced inside :func:`costmodel.internal.positive_tau` (the annealed
 # tau stays positive), so the smooth operations trace only their surrogates:
 # no exact branch whose gradient the select would discard, half the graph to
 # compile. ``update`` still zeroes non-finite gradient entries as a guard, and

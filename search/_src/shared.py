@@ -8,12 +8,12 @@ of family ``k`` holds that family's values in its columns and, in columns the
 family lacks, a filler (another family's first option, or its lower bound in
 relaxed units) that nothing of family ``k`` reads. Both programs build every
 family's plan from the row and estimate them with
-:func:`costmodel.estimate_shared`, which costs each stage once on the inputs of
+:func:`costmodel.internal.estimate_shared`, which costs each stage once on the inputs of
 the row's family wherever the families' stage inputs differ only in values
 (the pool sizes of colocated and split plans): the program is little larger
 than one family's, and it compiles once for all of them. The ranking program
 also costs each stage once per distinct input of a chunk
-(:func:`costmodel.estimate_rows`).
+(:func:`costmodel.internal.estimate_rows`).
 
 * The relaxed loop (:func:`search._src.relax.run`) takes the space as it takes
   a family's: its objective and relaxed values select the row's family; the
@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import costmodel as cm
+from costmodel import internal as cmi
 from search._src import compile_cache
 from search._src import relax
 from search._src import space as space_lib
@@ -154,8 +155,8 @@ class SharedSpace:
     values = [fs.relaxed_values(x[cols]) for fs, cols in zip(self.spaces, self.columns,
                                                               strict=True)]
     plans = tuple(fs.structure.to_plan(v) for fs, v in zip(self.spaces, values, strict=True))
-    with cm.positive_tau():
-      ests = cm.estimate_shared(job, plans, fam, cluster, eff, tau=tau)
+    with cmi.positive_tau():
+      ests = cmi.estimate_shared(job, plans, fam, cluster, eff, tau=tau)
     step = penalty = None
     for k, (fs, v, est) in enumerate(zip(self.spaces, values, ests, strict=True)):
       p = relax.penalty_of(fs.structure, v, est, job, cluster)
@@ -270,7 +271,7 @@ def _run_parts(shared, eff, x0, lo, hi, cfg, on_traced) -> relax.RelaxOutput:
 
 def plans_of(shared: SharedSpace, v) -> tuple[tuple, jax.Array]:
   """Every family's plan of one row and the row's family (traceable), as
-  :func:`costmodel.estimate_shared` takes them."""
+  :func:`costmodel.internal.estimate_shared` takes them."""
   return tuple(fs.structure.to_plan(v[cols]) for fs, cols in
                zip(shared.spaces, shared.columns, strict=True)), shared.family_of(v)
 
@@ -284,7 +285,7 @@ def _excess(shared: SharedSpace, job, cluster, v, ests) -> tuple:
 def _estimated(shared: SharedSpace, job, cluster, eff, v):
   """Every family's ``(Estimate, memory excess)`` of one row (only the row's
   own family's is its estimate)."""
-  ests = cm.estimate_shared(job, *plans_of(shared, v), cluster, eff, tau=0.0)
+  ests = cmi.estimate_shared(job, *plans_of(shared, v), cluster, eff, tau=0.0)
   return tuple(zip(ests, _excess(shared, job, cluster, v, ests), strict=True))
 
 
@@ -302,14 +303,14 @@ def estimates(shared: SharedSpace, job, cluster, eff, values):
 # What the discrete phases read of every row, without the rest of the estimates
 # (their start and end times, breakdowns and throughput), which XLA then drops;
 # each stage is costed once per distinct input of the chunk
-# (:func:`costmodel.estimate_rows`): a block sweep keeps most stages' inputs.
+# (:func:`costmodel.internal.estimate_rows`): a block sweep keeps most stages' inputs.
 @functools.partial(jax.jit, static_argnames=("shared",),
                    compiler_options=compile_cache.EXACT["ranking"])
 def ranking(shared: SharedSpace, job, cluster, eff, values):
   """Step time, feasibility and memory excess of rows [N, U + 1] of ``shared``
   (each its own family's), and per family ``(duration_s, memory_excess)``
   [N, stages] of its stages (the row's own family's are its own)."""
-  ests = cm.estimate_rows(job, functools.partial(plans_of, shared), values, cluster, eff)
+  ests = cmi.estimate_rows(job, functools.partial(plans_of, shared), values, cluster, eff)
   return picked(shared, values, ests, jax.vmap(
       lambda v, e: _excess(shared, job, cluster, v, e))(values, ests))
 

@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import costmodel as cm
+from costmodel import internal as cmi
 from search._src import space as space_lib
 from search._src.space_options import LOG2
 
@@ -49,7 +50,7 @@ TYPE = "type"  # kind of a type logit (continuous, unbounded in practice)
 _LOGIT_BOX = 6.0
 
 
-@cm.pytree_dataclass
+@cmi.pytree_dataclass
 class SizingProblem:
   """What the relaxed sizing objective reads besides the parameters (leaves).
 
@@ -199,20 +200,20 @@ class SizingSpace:
       hw = [jax.tree.map(lambda a, i=i: jnp.asarray(a)[i], problem.hardware).replace(name=p)
             for i, p in zip(idx, st.pools, strict=True)]
       pools = tuple(cm.Pool(p.name, p.gpus, hw[j]) for j, p in enumerate(plan.pools))
-      with cm.positive_tau():
+      with cmi.positive_tau():
         est = cm.estimate(problem.job, plan.replace(pools=pools),
                           cluster.replace(accelerator=hw[-1]), eff, tau=tau)
       used = jnp.zeros((k,)).at[idx].add(gpus)
-      over = jnp.sum(jnp.where(used > 0, cm.smooth_relu(jnp.log2(jnp.maximum(used, 1.0)
+      over = jnp.sum(jnp.where(used > 0, cmi.smooth_relu(jnp.log2(jnp.maximum(used, 1.0)
                                                              / problem.available_gpus), 1.0,
                                                      tau), 0.0))
       pen = space_lib.memory_excess(st.base, v, est, problem.job, cluster) + layout_pen + over
       step = jnp.maximum(est.step_time_s, 1e-9)
       per_hour = jnp.sum(gpus * jnp.asarray(problem.price_per_gpu_hour)[idx])
       t, b = problem.target_step_s, problem.budget_per_hour
-      late = jnp.where(t > 0, cm.smooth_relu(jnp.log(step / jnp.where(t > 0, t, 1.0)), 1.0, tau),
+      late = jnp.where(t > 0, cmi.smooth_relu(jnp.log(step / jnp.where(t > 0, t, 1.0)), 1.0, tau),
                        0.0)
-      over_budget = jnp.where(b > 0, cm.smooth_relu(jnp.log(per_hour / jnp.where(b > 0, b, 1.0)),
+      over_budget = jnp.where(b > 0, cmi.smooth_relu(jnp.log(per_hour / jnp.where(b > 0, b, 1.0)),
                                                  1.0, tau), 0.0)
       cheapest = problem.cheapest > 0.5
       miss = jnp.where(cheapest, late, over_budget)

@@ -50,6 +50,7 @@ import math
 import numpy as np
 
 import costmodel as cm
+from costmodel import internal as cmi
 import export
 from search._src.space_options import _LAYOUT_ROLES
 from search._src.space_options import _TRAINED
@@ -61,11 +62,11 @@ from search._src.space_options import POOL
 from search._src.space_options import ROLLOUT_PRECISIONS
 from search._src.space_options import SpaceOptions
 from search._src.space_options import Var
-from search._src.space_options import powers_of_two
-from search._src.space_options import tp_options
 from search._src.space_options import default_families
 from search._src.space_options import has_fp8
 from search._src.space_options import pool_sizes
+from search._src.space_options import powers_of_two
+from search._src.space_options import tp_options
 from search._src.space_options import training_pool_sizes
 from search._src.space_relaxed import FamilyRelaxed
 from search._src.space_structure import Structure
@@ -124,7 +125,7 @@ def _vpp_options(model: cm.ModelSpec, pps, vpps) -> list[int]:
   p = np.asarray([x for x in pps if x > 1], np.float64)
   out = [1]
   for v in vpps:
-    if v > 1 and len(p) and cm.rule_mask("layout", cm.layout_fields(
+    if v > 1 and len(p) and cmi.rule_mask("layout", cmi.layout_fields(
         model, p * v, 1.0, p, 1.0, 1.0, vpp=float(v)), ("interleave",),
         only=("vpp_divides_layers",)).any():
       out.append(int(v))
@@ -139,7 +140,7 @@ def _pool_options(placement: cm.Placement, job: cm.RLJob, cluster: cm.Cluster,
   mini-batch (:func:`training_pool_sizes`), the one pool of a single-pool family too."""
   n = cluster.n_gpus
   pools = placement.pools
-  roles = cm.required_roles(job)
+  roles = cmi.required_roles(job)
   sizes = np.asarray([float(n)]) if len(pools) == 1 else pool_sizes(cluster, nodes)
   sizes = sizes[sizes <= n - (len(pools) - 1)]
   max_model = (min(opts.max_tp or cluster.scaleup_domain, n) * min(opts.max_pp, n)
@@ -170,7 +171,7 @@ def why_empty(family: str, job: cm.RLJob, cluster: cm.Cluster,
   """
   placement = cm.placement(family)
   if not placement.applies_to(job):
-    missing = [r for r in placement.requires if r not in cm.required_roles(job)]
+    missing = [r for r in placement.requires if r not in cmi.required_roles(job)]
     return f"{family}: algorithm {job.algorithm!r} has no {' or '.join(missing)} to place"
   n = cluster.n_gpus
   if len(placement.pools) > n:
@@ -229,8 +230,8 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
   """
   if family not in FAMILIES:
     raise ValueError(f"family={family!r} is not one of {FAMILIES}")
-  cm.check_one_of("build", ("any",) + export.FRAMEWORKS, runs_as=runs_as)
-  cm.check_one_of("build", tuple(ROLLOUT_PRECISIONS), rollout_precision=rollout_precision)
+  cmi.check_one_of("build", ("any",) + export.FRAMEWORKS, runs_as=runs_as)
+  cmi.check_one_of("build", tuple(ROLLOUT_PRECISIONS), rollout_precision=rollout_precision)
   if rollout_precision != "bf16" and not has_fp8(cluster.accelerator):
     raise ValueError(f"build: {rollout_precision=} needs an FP8 peak; "
                      f"{cluster.accelerator.name} has none")
@@ -238,7 +239,7 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
   if why_empty(family, job, cluster, opts, nodes) is not None:
     return None
   placement = cm.placement(family)
-  roles = cm.required_roles(job)
+  roles = cmi.required_roles(job)
   n = cluster.n_gpus
   domain = cluster.scaleup_domain
   vars_ = [Var(f"pool.{p}", POOL, sizes) for p, sizes in _pool_options(placement, job, cluster,
@@ -255,7 +256,7 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
     vars_.append(Var(f"{role}.cp", LOG2, f64(powers_of_two(min(opts.max_cp, n)))))
     if model.is_moe:
       e = np.asarray(powers_of_two(min(opts.max_ep, model.n_experts, n)), dtype=np.float64)
-      eps = e[cm.rule_mask("layout", cm.layout_fields(model, e, 1.0, 1.0, 1.0, e),
+      eps = e[cmi.rule_mask("layout", cmi.layout_fields(model, e, 1.0, 1.0, 1.0, e),
                            only=("ep_divides_experts",))]
     else:
       eps = [1]
@@ -277,7 +278,7 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
   actor = job.actor
   etp_hi = min(opts.engine_max_tp or domain, n)
   etp = np.asarray(powers_of_two(etp_hi), dtype=np.float64)
-  etp = etp[cm.rule_mask("engine", cm.engine_fields(actor, etp, etp, 1.0, 1.0),
+  etp = etp[cmi.rule_mask("engine", cmi.engine_fields(actor, etp, etp, 1.0, 1.0),
                          only=("engine_tp_divides_heads",))]
   vars_.append(Var("engine.tp", LOG2, f64(etp)))
   vars_.append(Var("engine.pp", LOG2, f64(powers_of_two(min(opts.engine_max_pp,

@@ -11,6 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 import costmodel as cm
+from costmodel import internal as cmi
 
 # Names of the registered placement families, in registry order.
 FAMILIES = tuple(p.name for p in cm.placements())
@@ -189,7 +190,7 @@ def training_pool_sizes(sizes: np.ndarray, mini_batch_samples: float, max_model:
 def tp_options(model: cm.ModelSpec, hi: int) -> list[int]:
   """Powers of two up to ``hi`` that pass the rule table's head rules."""
   t = np.asarray(powers_of_two(hi), dtype=np.float64)
-  ok = cm.rule_mask("layout", cm.layout_fields(model, t, t, 1.0, 1.0, 1.0),
+  ok = cmi.rule_mask("layout", cmi.layout_fields(model, t, t, 1.0, 1.0, 1.0),
                     only=("tp_divides_heads", "tp_kv_heads"))
   return [int(x) for x in t[ok]]
 

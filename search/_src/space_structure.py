@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import costmodel as cm
+from costmodel import internal as cmi
 import export
 from search._src.space_options import _LAYOUT_ROLES
 from search._src.space_options import _TRAINED
@@ -219,7 +220,7 @@ def role_layout_fields(structure: Structure, job: cm.RLJob, role: str, get, gpus
     vpp = get(f"{role}.vpp")
     vpp = np.maximum(vpp, 1.0) if xp is np else vpp
   mb = {None: "mb_train" if trained else None, "train": "mb_train", "infer": "mb_infer"}[phase]
-  return cm.layout_fields(_role_model(job, role), gpus,
+  return cmi.layout_fields(_role_model(job, role), gpus,
                           *(get(f"{role}.{d}") for d in ("tp", "pp", "cp", "ep")),
                           zero=get(f"{role}.zero"), vpp=vpp,
                           etp=expert_tp(structure, role, get, xp),
@@ -257,18 +258,18 @@ def layout_violation(structure: Structure, v: jax.Array, job: cm.RLJob,
   get = lambda name: v[structure.index(name)]
   total = jnp.zeros((), v.dtype)
   for p in structure.pools:
-    total = total + cm.rule_penalty("pool", {"gpus": get(f"pool.{p}")}, tau, xp=jnp)
+    total = total + cmi.rule_penalty("pool", {"gpus": get(f"pool.{p}")}, tau, xp=jnp)
   pools_total = sum(get(f"pool.{p}") for p in structure.pools)
-  total = total + cm.rule_penalty("pools", {"total": pools_total,
+  total = total + cmi.rule_penalty("pools", {"total": pools_total,
                                             "cluster_gpus": float(structure.n_gpus)}, tau, xp=jnp)
   for role in _LAYOUT_ROLES:
     if role not in structure.roles:
       continue
     gpus = get(f"pool.{structure.placement.pool_of(role)}")
     fields = role_layout_fields(structure, job, role, get, gpus, jnp)
-    total = total + cm.rule_penalty("layout", fields, tau, structure.rule_sets, xp=jnp)
+    total = total + cmi.rule_penalty("layout", fields, tau, structure.rule_sets, xp=jnp)
   rollout = structure.placement.rollout_pool
   etp = get("engine.tp")
-  fields = cm.engine_fields(job.actor, get(f"pool.{rollout}"), etp, get("engine.pp"),
+  fields = cmi.engine_fields(job.actor, get(f"pool.{rollout}"), etp, get("engine.pp"),
                             jnp.where(get("engine.ep") > 0.5, etp, 1.0))
-  return total + cm.rule_penalty("engine", fields, tau, xp=jnp)
+  return total + cmi.rule_penalty("engine", fields, tau, xp=jnp)

@@ -1,6 +1,6 @@
 """Which value vectors of a family give a plan that runs, and their repair.
 
-Readings of the cost model's rule table (:data:`costmodel.RULES`), numpy,
+Readings of the cost model's rule table (:data:`costmodel.internal.RULES`), numpy,
 vectorised over rows of value vectors.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-import costmodel as cm
+from costmodel import internal as cmi
 from search._src import result as result_lib
 from search._src.space_options import _LAYOUT_ROLES
 from search._src.space_options import _TRAINED
@@ -137,8 +137,8 @@ class FamilyValidity:
   def valid(self, values: np.ndarray, blocks=None) -> np.ndarray:
     """Which value vectors give a plan that runs (and is not a duplicate).
 
-    The rules are the cost model's rule table (:data:`costmodel.RULES`, read
-    by :func:`costmodel.rule_mask`): those :func:`costmodel.validate_plan`
+    The rules are the cost model's rule table (:data:`costmodel.internal.RULES`, read
+    by :func:`costmodel.internal.rule_mask`): those :func:`costmodel.validate_plan`
     checks plus the optional ``zero3`` set (ZeRO-3 only without TP/PP/EP).
     It also drops equivalent duplicates: a micro-batch or concurrency cap
     above what a rank or engine holds acts like the smallest option that
@@ -155,15 +155,15 @@ class FamilyValidity:
     ok = np.ones(values.shape[:-1], dtype=bool)
     if "pools" in check:
       for p in self.structure.pools:
-        ok &= cm.rule_mask("pool", {"gpus": self.col(values, f"pool.{p}")})
-      ok &= cm.rule_mask("pools", self._pools_fields(values))
+        ok &= cmi.rule_mask("pool", {"gpus": self.col(values, f"pool.{p}")})
+      ok &= cmi.rule_mask("pools", self._pools_fields(values))
     samples = float(self.job.samples_per_step)
     train_batch = samples / self.job.mini_batches
     for role in _LAYOUT_ROLES:
       if role not in self.structure.roles or self.block_of(role) not in check:
         continue
       fields = self._layout_fields(values, role)
-      ok &= cm.rule_mask("layout", fields, self.structure.rule_sets)
+      ok &= cmi.rule_mask("layout", fields, self.structure.rule_sets)
       dp = fields["gpus"] / (fields["tp"] * fields["pp"] * fields["cp"])
       mb_names = ("mb_train", "mb_infer") if role in _TRAINED else ("mb_infer",)
       for mb_name in mb_names:
@@ -172,7 +172,7 @@ class FamilyValidity:
         ok &= (mb < 2.0 * per_rank) | (mb == self.var(f"{role}.{mb_name}").options[0])
     if "engine" in check:
       fields = self._engine_fields(values)
-      ok &= cm.rule_mask("engine", fields)
+      ok &= cmi.rule_mask("engine", fields)
       g, etp, epp = fields["gpus"], fields["tp"], fields["pp"]
       n_r = float(self.job.generated_samples_per_step) / (g / (etp * epp))
       ms = self.col(values, "engine.max_seqs")
@@ -193,16 +193,16 @@ class FamilyValidity:
     values = np.asarray(values, dtype=np.float64)
     ok = np.ones(values.shape[:-1], dtype=bool)
     for p in self.structure.pools:
-      ok &= cm.rule_mask("pool", {"gpus": self.col(values, f"pool.{p}")})
-    ok &= cm.rule_mask("pools", self._pools_fields(values))
+      ok &= cmi.rule_mask("pool", {"gpus": self.col(values, f"pool.{p}")})
+    ok &= cmi.rule_mask("pools", self._pools_fields(values))
     col = lambda n: self.col(values, n)
     for role in self.structure.roles:
       src = "actor" if role == "reference" else role  # the reference runs the actor's
       for phase in (("train", "infer") if role in _TRAINED else ("infer",)):
         fields = role_layout_fields(self.structure, self.job, src, col,
                                      self.pool_of(values, role), np, phase)
-        ok &= cm.rule_mask("layout", fields)
-    return ok & cm.rule_mask("engine", self._engine_fields(values))
+        ok &= cmi.rule_mask("layout", fields)
+    return ok & cmi.rule_mask("engine", self._engine_fields(values))
 
   @property
   def rollout_pool(self) -> str:
@@ -217,7 +217,7 @@ class FamilyValidity:
     """The rule table's ``engine`` fields over rows of values."""
     etp = self.col(values, "engine.tp")
     ep = np.where(self.col(values, "engine.ep") > 0.5, etp, 1.0)
-    return cm.engine_fields(self.job.actor, self.col(values, f"pool.{self.rollout_pool}"), etp,
+    return cmi.engine_fields(self.job.actor, self.col(values, f"pool.{self.rollout_pool}"), etp,
                             self.col(values, "engine.pp"), ep)
 
   def _pools_fields(self, values: np.ndarray) -> dict:
@@ -226,7 +226,7 @@ class FamilyValidity:
 
   def _violation(self, scope: str, fields: dict, rule: str) -> np.ndarray:
     """By how much each row breaks the table's rule ``rule`` (0: it holds)."""
-    return cm.rule_violations(scope, fields, self.structure.rule_sets, only=(rule,))[rule]
+    return cmi.rule_violations(scope, fields, self.structure.rule_sets, only=(rule,))[rule]
 
   def _violated(self, scope: str, fields: dict, rule: str) -> np.ndarray:
     """Rows that break the table's rule ``rule``."""

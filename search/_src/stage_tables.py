@@ -3,12 +3,12 @@ variables decides, costed once for every valid row of that block.
 
 A stage's inputs depend on few of a plan's variables: actor training on the
 actor's layout and its pool's size, generation on the engines and the rollout
-pool's size (:func:`costmodel.stage_reads`). :class:`~search._src.valid_space.Blocks`
+pool's size (:func:`costmodel.internal.stage_reads`). :class:`~search._src.valid_space.Blocks`
 labels each row with the index of its valid row of every block, among all of
 that block's valid rows over every pool size; where a stage reads only one
 block's variables and the sizes of the pools that block's validity reads, that
 label alone decides the stage's cost. Such a stage is costed here once per
-valid row of its block, and :func:`costmodel.estimate_rows` looks each plan's
+valid row of its block, and :func:`costmodel.internal.estimate_rows` looks each plan's
 cost up by its label instead of costing the stage on the distinct inputs of
 every chunk: a space's plans are the product of its blocks' rows, so the
 table is far smaller than the space (on PPO Qwen2.5-7B with a 1.5B reward
@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import costmodel as cm
+from costmodel import internal as cmi
 from search._src import space as space_lib
 from search._src import valid_space
 
@@ -43,7 +44,7 @@ CHUNK = 4096
 # stages it skips.
 @functools.partial(jax.jit, static_argnames=("structure", "names"))
 def _costs(structure, names, job, cluster, eff, rows):
-  return cm.stage_cost_rows(job, lambda v: ((structure.to_plan(v),), 0), rows, cluster, eff,
+  return cmi.stage_cost_rows(job, lambda v: ((structure.to_plan(v),), 0), rows, cluster, eff,
                             names)
 
 
@@ -52,7 +53,7 @@ def covering_blocks(fs: space_lib.FamilySpace, blocks: valid_space.Blocks) -> di
   decides every label the stage's inputs read; stages that read more than one
   block, or pool sizes their block's validity does not read, are left out."""
   st = fs.structure
-  reads = cm.stage_reads(fs.job, lambda v: ((st.to_plan(v),), 0),
+  reads = cmi.stage_reads(fs.job, lambda v: ((st.to_plan(v),), 0),
                          jax.ShapeDtypeStruct((len(fs.vars),), jnp.float32), fs.cluster,
                          costed_once=True)
   label_of = blocks.label_of
@@ -72,7 +73,7 @@ def covering_blocks(fs: space_lib.FamilySpace, blocks: valid_space.Blocks) -> di
 def build(fs: space_lib.FamilySpace, blocks: valid_space.Blocks,
           efficiency: cm.Efficiency | None = None) -> dict[str, tuple[int, object]]:
   """Stage name -> ``(labels column, costs)``: the tables
-  :func:`costmodel.estimate_rows` takes, for every stage one block decides
+  :func:`costmodel.internal.estimate_rows` takes, for every stage one block decides
   (:func:`covering_blocks`) whose block has at most :data:`MAX_ROWS` valid
   rows; ``costs`` a :class:`StageCost` of numpy arrays, one entry per label."""
   eff = efficiency if efficiency is not None else cm.Efficiency()

@@ -47,7 +47,7 @@ class Blocks:
   Rows may come with labels (:attr:`label_of`): one per pool, the bits of its
   size, then one per block, the index of the row's valid block row among every
   valid row of that block over all pool sizes; two rows with an equal label are
-  equal on the variables it covers (what :func:`costmodel.estimate_rows` groups
+  equal on the variables it covers (what :func:`costmodel.internal.estimate_rows` groups
   stage inputs by).
   """
 

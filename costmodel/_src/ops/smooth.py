@@ -43,9 +43,10 @@ def positive_tau():
   ``tau`` of 0 inside the context gets the surrogates' values at a
   temperature of 0 (NaN).
 
-  >>> import jax, costmodel as cm
+  >>> import jax
+  >>> from costmodel import internal as cmi
   >>> def relaxed_max(t):
-  ...   with cm.positive_tau():
+  ...   with cmi.positive_tau():
   ...     return smax(1.0, 2.0, t)
   >>> round(float(jax.jit(relaxed_max)(0.01)), 4)
   2.0

@@ -13,7 +13,7 @@
 
 and the metrics turn the result into an :class:`Estimate` (throughput, MFU,
 lower bound, memory per stage, feasibility; :mod:`costmodel._src.step.metrics`).
-:func:`costmodel.estimate_rows` (:mod:`costmodel._src.step.factored`) estimates a
+:func:`costmodel.internal.estimate_rows` (:mod:`costmodel._src.step.factored`) estimates a
 batch of plans with the same functions, each stage costed once per distinct input.
 """
 
@@ -103,7 +103,7 @@ def estimate_shared(job: RLJob, plans, which, cluster: Cluster,
     efficiency: Efficiency parameters (defaults if None).
     tau: Smoothing temperature.
     stage_costs: Stage name -> its cost under plan ``which``, costed
-      elsewhere (:func:`costmodel.estimate_rows` costs each once per distinct
+      elsewhere (:func:`costmodel.internal.estimate_rows` costs each once per distinct
       input of a batch); None: costed here.
 
   Returns:

@@ -5,7 +5,7 @@ varies one role's layout and keeps the engines and pools, so the generation
 stage (the costliest) sees one input over the whole batch. :func:`estimate_rows`
 costs each stage on the batch's distinct inputs only, a block of them at a time,
 then assembles every row's estimate (residency, schedule, metrics) from those
-costs with :func:`costmodel.estimate_shared`. The cost functions and the
+costs with :func:`costmodel.internal.estimate_shared`. The cost functions and the
 assembly are the model's own, so each row's estimate is ``estimate_shared``'s.
 
 Two rows share a stage's cost when the stage's inputs under them are equal bit
@@ -81,7 +81,7 @@ def estimate_rows(job: RLJob, plans_of, rows: jax.Array, cluster: Cluster,
   Args:
     job: The RL job.
     plans_of: ``row -> (plans, which)`` (traceable; the same structure for every
-      row), as :func:`costmodel.estimate_shared` takes them.
+      row), as :func:`costmodel.internal.estimate_shared` takes them.
     rows: [N, ...] rows.
     cluster: The cluster.
     efficiency: Efficiency parameters (defaults if None).
