@@ -82,6 +82,7 @@ def test_fine_tune_and_release_names_map_to_their_base(model_id, base):
     ("${HOME}/models/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2.5-7B"),
     ("Qwen/Qwen2.5-VL-3B-Instruct", "Qwen/Qwen2.5-3B"),
     ("/data/Qwen3-VL-30B-A3B-Instruct", "Qwen/Qwen3-30B-A3B"),
+    ("zai-org/GLM-4.1V-9B-Thinking", "THUDM/GLM-4-9B-0414"),
 ])
 def test_vision_language_ids_cost_their_language_model_and_say_so(model_id, base):
   assert models.from_hf_id(model_id).replace(name="") == models.from_hf_id(base).replace(name="")
@@ -111,6 +112,13 @@ def test_glm47_flash_hand_derived_latent_attention_and_experts():
   total = 47 * attn + 3 * h * 10240 + 46 * moe + 47 * 2 * h + 2 * 154880 * h + h
   assert spec.attention_params() == attn and spec.total_params == total
   assert spec.n_moe_layers == 46 and spec.top_k == 4 and spec.mtp_layers == 1
+
+
+def test_seed_oss_hand_derived_count_with_qkv_biases():
+  spec = models.from_hf_id("ByteDance-Seed/Seed-OSS-36B-Instruct")
+  h, q, kv = 5120, 80 * 128, 8 * 128
+  layer = 2 * h * q + 2 * h * kv + q + 2 * kv + 3 * h * 27648 + 2 * h
+  assert spec.total_params == 64 * layer + 2 * 155136 * h + h
 
 
 def test_moonlight_hand_derived_mla_without_query_compression():

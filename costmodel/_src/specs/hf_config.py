@@ -4,7 +4,7 @@ The file is read as plain JSON: no network and no ``transformers``. Key
 spellings and defaults follow the ``transformers`` configuration classes of
 each supported ``model_type``:
 
-- ``llama``: Llama 2 / 3 / 3.1.
+- ``llama``: Llama 2 / 3 / 3.1 (and ``seed_oss``, the same keys).
 - ``qwen2``: Qwen2 and Qwen2.5 (biases on the Q, K and V projections).
 - ``qwen3``: Qwen3 dense (no QKV bias).
 - ``qwen3_moe``: Qwen3 mixture of experts (``num_experts``,
@@ -42,8 +42,8 @@ from costmodel._src.specs.model import ModelSpec
 
 SUPPORTED_MODEL_TYPES = (
     "llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "deepseek_v2",
-    "deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe_lite", "opt", *hf_families.PARSERS,
-    *hf_hybrid.PARSERS,
+    "deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe_lite", "seed_oss", "opt",
+    *hf_families.PARSERS, *hf_hybrid.PARSERS,
 )
 
 def _llama_like(r: Reader, bias_key: bool) -> dict[str, Any]:
@@ -192,6 +192,10 @@ _PARSERS = {
     "kimi_k2": _deepseek,  # Kimi K2: the DeepSeek-V3 layout, model_type of its own
     # GLM-4.7-Flash: DeepSeek-V3's latent attention and MoE keys (transformers' Glm4MoeLiteConfig).
     "glm4_moe_lite": _deepseek,
+    # Seed-OSS: a Llama layout whose `attention_bias` puts biases on q, k and v
+    # (transformers' SeedOssConfig; its output-projection bias is a separate,
+    # unmodelled `attention_out_bias`).
+    "seed_oss": _llama,
     "opt": _opt,
     **hf_families.PARSERS,
     **hf_hybrid.PARSERS,
