@@ -205,3 +205,15 @@ def test_mtp_draft_of_a_hybrid_is_one_attention_and_moe_layer():
   assert draft.n_layers == 1 and draft.n_softmax_layers == 1 and draft.n_moe_layers == 1
   assert speculative.draft_weight_params(sup, spec) == (
       sup.attention_params() + sup.moe_mlp_params(active=False) + 2 * 4096)
+
+
+def test_training_tp_must_divide_the_mamba_groups():
+  from costmodel._src.specs import constraints  # pylint: disable=g-import-not-at-top
+  nano = cm.models.from_hf_id(NANO)
+  constraints.check_rules("layout", constraints.layout_fields(nano, 16.0, 8.0, 1.0, 1.0, 1.0))
+  with pytest.raises(ValueError, match="tp=16 must divide the Mamba layers' mamba_groups=8"):
+    constraints.check_rules("layout", constraints.layout_fields(nano, 16.0, 16.0, 1.0, 1.0, 1.0))
+  # Models without Mamba layers are not held to it.
+  q = cm.models.get("qwen3-8b")
+  assert constraints.rule_mask("layout", constraints.layout_fields(q, 16.0, 16.0, 1.0, 1.0, 1.0),
+                               only=("tp_divides_mamba_groups",))

@@ -141,7 +141,8 @@ def model_fields(model: ModelSpec) -> dict[str, float]:
   """The model facts the layout and engine rules read."""
   return {"n_heads": float(model.n_heads), "n_kv_heads": float(model.n_kv_heads),
           "n_layers": float(model.n_layers), "n_experts": float(model.n_experts),
-          "moe": float(model.is_moe), "mla": float(model.is_mla)}
+          "moe": float(model.is_moe), "mla": float(model.is_mla),
+          "mamba_groups": float(model.mamba_groups)}
 
 
 def layout_fields(model: ModelSpec, gpus, tp, pp, cp, ep, *, zero=0.0, micro_batch=1.0,

@@ -182,6 +182,8 @@ _INTERLEAVE = ("Megatron-LM: megatron/training/arguments.py @307dcf37 (validate_
                "interleaving, num_layers divides over pipeline_model_parallel_size and each "
                "stage's layers over the virtual stages; uneven splits need "
                "--pipeline-model-parallel-layout, which no exporter here writes")
+_MAMBA = ("Megatron-Core: megatron/core/ssm/mamba_mixer.py @00bebb45 (MambaMixer.__init__) "
+          "asserts that ngroups, and so the heads, divide over the tensor-parallel ranks")
 _BATCH = ("every framework above splits each mini-batch evenly over the data-parallel ranks "
           "of the training pool")
 
@@ -197,6 +199,11 @@ RULES: tuple[Rule, ...] = tuple(
         Rule("tp_kv_heads", "layout", "core", _gqa,
              lambda f: (f"tp={f['tp']:g} and n_kv_heads={f['n_kv_heads']:g} must divide one "
                         "another")),
+        Rule("tp_divides_mamba_groups", "layout", "core",
+             lambda f, xp, ex: _when(xp, f.get("mamba_groups", 0.0) > 0.5, _divides(
+                 xp, f["tp"], xp.maximum(f.get("mamba_groups", 1.0), 1.0), ex)),
+             lambda f: (f"tp={f['tp']:g} must divide the Mamba layers' "
+                        f"mamba_groups={f.get('mamba_groups', 0.0):g}"), _MAMBA),
         Rule("pp_within_layers", "layout", "core",
              lambda f, xp, ex: _at_most(xp, f["pp"], f["n_layers"], ex),
              lambda f: f"pp={f['pp']:g} exceeds n_layers={f['n_layers']:g}"),
