@@ -1,8 +1,6 @@
-"""rlcost's layout search: relaxation, optax optimisation, rounding, baselines."""
+"""rlcost's layout search: search methods with one contract (``search.run``), the
+gradient search (relaxation, optax optimisation, rounding), baselines."""
 
-from search._src.baselines import enumerate_plans
-from search._src.baselines import random_search
-from search._src.baselines import simulated_annealing
 from search._src.bound import FamilyBound
 from search._src.bound import lower_bound
 from search._src.cut_dp import cut_dp
@@ -10,6 +8,16 @@ from search._src.frameworks import Framework
 from search._src.frameworks import accepting as accepting_frameworks
 from search._src.frameworks import get as framework
 from search._src.kept_spaces import space_size
+from search._src.methods.base import Method
+from search._src.methods.base import Outcome
+from search._src.methods.base import Problem
+from search._src.methods.base import Scorer
+from search._src.methods.calls import enumerate_plans
+from search._src.methods.calls import random_search
+from search._src.methods.calls import simulated_annealing
+from search._src.methods.registry import METHODS
+from search._src.methods.registry import get as method
+from search._src.methods.run import run
 from search._src.mixed import MixedResult
 from search._src.mixed import layouts_planner
 from search._src.mixed import mixed_cluster
@@ -35,9 +43,14 @@ __all__ = (
     "FamilyBound",
     "FAMILIES",
     "Framework",
+    "METHODS",
+    "Method",
     "MixedResult",
+    "Outcome",
+    "Problem",
     "RelaxConfig",
     "RelaxedSizing",
+    "Scorer",
     "SearchResult",
     "SizingResult",
     "SpaceOptions",
@@ -49,6 +62,7 @@ __all__ = (
     "layouts_planner",
     "load_prices",
     "lower_bound",
+    "method",
     "mixed_cluster",
     "optimize",
     "pareto",
@@ -57,6 +71,7 @@ __all__ = (
     "relaxed_front",
     "relaxed_sizing",
     "rules_of_thumb",
+    "run",
     "simulated_annealing",
     "size_cluster",
     "space_size",

@@ -80,7 +80,7 @@ def test_random_search_and_annealing_never_beat_enumeration(search_job, cluster_
 @pytest.mark.parametrize("chunk_size", [0, -4, 2.5, True])
 def test_enumeration_refuses_a_chunk_size_that_is_not_a_positive_integer(
     search_job, cluster_2x8, compact_space, chunk_size):
-  with pytest.raises(ValueError, match=rf"enumerate_plans: chunk_size={chunk_size!r} must be "
+  with pytest.raises(ValueError, match=rf"enumerate: chunk_size={chunk_size!r} must be "
                                        "a positive integer"):
     search.enumerate_plans(search_job, cluster_2x8, "split", space=compact_space,
                            chunk_size=chunk_size)

@@ -44,24 +44,43 @@ def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, se
                   chunk: int = evaluate.DEFAULT_CHUNK, on_phase=None, dp_seeds: bool = True,
                   traced: threading.Event | None = None,
                   warm_after: tuple[threading.Event, ...] = (), relaxed: bool = True):
-  """Relaxed optimisation, rounding and local search inside one family.
-
-  ``on_phase(family, phase)``, when given, is called as each phase ends
-  (:data:`~search._src.progress.PHASES`). With ``dp_seeds`` the cut DP's
-  candidates of the family (its coarsest pool sizes,
-  :func:`~search._src.cut_dp.family_seeds`) join the rounded candidates.
-  ``traced`` is set once the family's relaxed loop is traced; the exact
-  evaluator starts compiling after it and after every event of ``warm_after``
-  (the other families' relaxed loops, searched in other threads).
+  """Relaxed optimisation, rounding and local search inside one family
+  (:func:`relax_family`, then :func:`discrete`).
 
   Returns:
     ``(run, relax_output)``: the family's ranked plans and evaluator, and the
     relaxed phase's output.
   """
-  rng = _rng(fs, seed)
+  ev, out, rng = relax_family(fs, eff, starts, seed, cfg, chunk=chunk, on_phase=on_phase,
+                              traced=traced, warm_after=warm_after, relaxed=relaxed)
+  return FamilyRun(fs=fs, ev=ev, ranked=discrete(fs, ev, out, rng, seeds, corners, dp_seeds,
+                                                   on_phase)), out
+
+
+def relax_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, seed: int,
+                 cfg: relax.RelaxConfig, chunk: int = evaluate.DEFAULT_CHUNK, on_phase=None,
+                 traced: threading.Event | None = None,
+                 warm_after: tuple[threading.Event, ...] = (), relaxed: bool = True,
+                 ev: evaluate.Evaluator | None = None):
+  """The relaxed phase of one family with programs of its own, its exact
+  evaluator compiled beside it.
+
+  ``on_phase(family, phase)``, when given, is called as the phase ends
+  (:data:`~search._src.progress.PHASES`). ``traced`` is set once the family's
+  relaxed loop is traced; the exact evaluator (``ev``, or one built here with
+  whole estimates) starts compiling after it and after every event of
+  ``warm_after`` (the other families' relaxed loops, searched in other
+  threads). Without ``relaxed`` the random starts are kept as drawn
+  (:func:`at_starts`).
+
+  Returns:
+    ``(evaluator, relax_output, rng)``: the rng is the family's own
+    (:func:`family_rng`), as the discrete phases go on drawing from it.
+  """
+  rng = family_rng(fs, seed)
   x0, lo, hi = fs.init_relaxed(rng, starts)
   phase = on_phase or (lambda family, name: None)
-  ev = evaluate.Evaluator(fs, eff, chunk=chunk, full=True)
+  ev = ev if ev is not None else evaluate.Evaluator(fs, eff, chunk=chunk, full=True)
   # The exact evaluator compiles in a thread of its own while the relaxed loop
   # compiles and runs (XLA releases the interpreter lock), so a cold search
   # pays for the two compilations side by side, not one after the other. It
@@ -76,8 +95,7 @@ def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, se
       out = at_starts(fs, x0)
       warming.result()
     phase(fs.family, "relaxed")
-    return FamilyRun(fs=fs, ev=ev, ranked=discrete(fs, ev, out, rng, seeds, corners,
-                                                     dp_seeds, phase)), out
+    return ev, out, rng
   exact_first = not warm_after and _exact_first(fs, cfg, -(-starts // jax.device_count()))
   with concurrent.futures.ThreadPoolExecutor(1) as pool:
     warming = _warm(pool, ev, (traced, *warm_after), exact_first)
@@ -87,8 +105,7 @@ def search_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, se
       traced.set()
     phase(fs.family, "relaxed")
     warming.result()
-  return FamilyRun(fs=fs, ev=ev, ranked=discrete(fs, ev, out, rng, seeds, corners,
-                                                   dp_seeds, phase)), out
+  return ev, out, rng
 
 
 @functools.partial(jax.jit, static_argnums=0, compiler_options=compile_cache.FAST_COMPILE)
@@ -114,7 +131,7 @@ def at_starts(space, x0: np.ndarray) -> relax.RelaxOutput:
                            step_time_s=nan, penalty=nan, history_s=np.zeros(steps))
 
 
-def _rng(fs: space_lib.FamilySpace, seed: int) -> np.random.Generator:
+def family_rng(fs: space_lib.FamilySpace, seed: int) -> np.random.Generator:
   """The family's own random generator (its result does not depend on the
   other families or the order in which they finish)."""
   key = [seed, space_lib.FAMILIES.index(fs.family)]
@@ -160,23 +177,50 @@ def _warm_after(ev: evaluate.Evaluator, events) -> None:
 def discrete(fs: space_lib.FamilySpace, ev: evaluate.Evaluator, out: relax.RelaxOutput,
              rng: np.random.Generator, seeds: int = 16, corners: int = 32,
              dp_seeds: bool = True, phase=None) -> result_lib.Ranked:
-  """The discrete phases of one family from its relaxed output: rounding (and
-  the cut DP's seeds), local search, block sweeps; its ranked plans."""
+  """The discrete phases of one family from its relaxed output (:func:`rounded`,
+  then :func:`refined`); its ranked plans."""
+  ranked, dp_ranked = rounded(fs, ev, out, rng, corners, dp_seeds, phase)
+  return refined(fs, ev, ranked, dp_ranked, rng, seeds, phase)
+
+
+def rounded(fs: space_lib.FamilySpace, ev: evaluate.Evaluator, out: relax.RelaxOutput,
+            rng: np.random.Generator, corners: int = 32, dp_seeds: bool = True,
+            phase=None) -> tuple[result_lib.Ranked, result_lib.Ranked | None]:
+  """The first discrete phase of one family: its relaxed solutions rounded to
+  neighbouring valid plans and (with ``dp_seeds``) the cut DP's candidates
+  (:func:`~search._src.cut_dp.family_seeds`), scored exactly.
+
+  Returns:
+    ``(ranked, dp_ranked)``: every scored candidate ranked, and the DP's
+    candidates alone (None without them).
+  """
   phase = phase or (lambda family, name: None)
   cand = rounding.candidates(fs, out.values, rng, corners=corners)
   ranked = rounding.score(ev, cand)
   dp = cut_dp.family_seeds(fs, ev) if dp_seeds else np.zeros((0, len(fs.vars)))
+  dp_ranked = None
   if len(dp):
     dp_ranked = rounding.score(ev, dp)
     ranked = result_lib.rank(ranked, dp_ranked)
   phase(fs.family, "rounded")
+  return ranked, dp_ranked
+
+
+def refined(fs: space_lib.FamilySpace, ev: evaluate.Evaluator, ranked: result_lib.Ranked,
+            dp_ranked: result_lib.Ranked | None, rng: np.random.Generator, seeds: int = 16,
+            phase=None) -> result_lib.Ranked:
+  """The last discrete phases of one family from :func:`rounded`'s plans: a
+  local search from the best ``seeds``, block sweeps from its best plans and
+  the DP's (``dp_ranked``), and a local search again where a sweep improved.
+  Never worse than ``ranked``'s best."""
+  phase = phase or (lambda family, name: None)
   if not len(ranked.values):  # no valid plan to refine: the caller skips the family
     phase(fs.family, "refined")
     return ranked
   ranked = rounding.local_search(ev, result_lib.Ranked(*(a[:seeds] for a in ranked)))
   # The DP's own best pool splits are swept too: the relaxed candidates'
   # splits would otherwise crowd them out of the sweep's starts.
-  swept = block_sweep.block_sweep(ev, ranked, rng=rng, extra=dp_ranked if len(dp) else None)
+  swept = block_sweep.block_sweep(ev, ranked, rng=rng, extra=dp_ranked)
   if swept.objective[0] < ranked.objective[0] * (1 - 1e-6):
     ranked = rounding.local_search(ev, result_lib.Ranked(*(a[:4] for a in swept)))
     ranked = result_lib.rank(ranked, swept, keep=result_lib.KEEP)
@@ -196,16 +240,48 @@ def shareable(spaces) -> bool:
 
 def search_shared(spaces, eff: cm.Efficiency, starts: int, seed: int, cfg: relax.RelaxConfig,
                   on_phase=None, dp_seeds: bool = True, relaxed: bool = True):
-  """:func:`search_family` of several families at once: one relaxed loop over
-  every family's starts and one exact program (:mod:`search._src.shared`),
-  which compiles in a thread of its own once the loop is traced; then each
-  family's discrete phases in a thread of its own. Without ``relaxed`` the
-  relaxed phase is skipped (:func:`at_starts`).
+  """:func:`search_family` of several families at once: :func:`relax_shared`,
+  then each family's discrete phases in a thread of its own (the largest
+  spaces first).
 
   Returns:
     ``[(run, relax_output, seconds)]`` per family, in the order of ``spaces``.
   """
   t0 = time.perf_counter()
+  evs, outs, rngs = relax_shared(spaces, eff, starts, seed, cfg, on_phase, relaxed)
+  relaxed_s = time.perf_counter() - t0
+
+  def one(k):
+    tf = time.perf_counter()
+    fs = spaces[k]
+    ranked = discrete(fs, evs[k], outs[k], rngs[k], dp_seeds=dp_seeds, phase=on_phase)
+    return (FamilyRun(fs=fs, ev=evs[k], ranked=ranked), outs[k],
+            relaxed_s + time.perf_counter() - tf)
+
+  return in_threads(one, spaces)
+
+
+def in_threads(one, spaces) -> list:
+  """``[one(k) for k in range(len(spaces))]``, each family in a thread of its
+  own (:func:`workers`), the largest spaces first: their discrete phases take
+  longest, and a family that waited for a thread would finish last."""
+  order = sorted(range(len(spaces)), key=lambda k: -float(spaces[k].size))
+  with concurrent.futures.ThreadPoolExecutor(workers(len(spaces))) as pool:
+    done = dict(zip(order, pool.map(one, order), strict=True))
+  return [done[k] for k in range(len(spaces))]
+
+
+def relax_shared(spaces, eff: cm.Efficiency, starts: int, seed: int, cfg: relax.RelaxConfig,
+                 on_phase=None, relaxed: bool = True):
+  """The relaxed phase of several families at once: one relaxed loop over every
+  family's starts and one exact program (:mod:`search._src.shared`), which
+  compiles in a thread of its own once the loop is traced. Without ``relaxed``
+  the relaxed phase is skipped (:func:`at_starts`).
+
+  Returns:
+    ``(evaluators, relax_outputs, rngs)``, one of each per family, in the
+    order of ``spaces``.
+  """
   phase = on_phase or (lambda family, name: None)
   # Without the relaxed loop a core idles while the ranking program compiles, and
   # the one whole-estimate program of every family compiles there (and the ranking
@@ -214,7 +290,7 @@ def search_shared(spaces, eff: cm.Efficiency, starts: int, seed: int, cfg: relax
   # best relaxed time while the discrete phases run, any other at the end.
   space = shared_lib.SharedSpace(spaces, whole=not relaxed, fast_ranking=not relaxed)
   shared_lib.register(space)  # the rules of thumb and later searches reuse its program
-  rngs = [_rng(fs, seed) for fs in spaces]
+  rngs = [family_rng(fs, seed) for fs in spaces]
   inits = [fs.init_relaxed(rng, starts) for fs, rng in zip(spaces, rngs, strict=True)]
   evs = [evaluate.Evaluator(fs, eff, full=True, shared=space) for fs in spaces]
   traced = threading.Event()
@@ -237,21 +313,7 @@ def search_shared(spaces, eff: cm.Efficiency, starts: int, seed: int, cfg: relax
       warming.result()
   for fs in spaces:
     phase(fs.family, "relaxed")
-  relaxed_s = time.perf_counter() - t0
-
-  def one(k):
-    tf = time.perf_counter()
-    fs = spaces[k]
-    ranked = discrete(fs, evs[k], outs[k], rngs[k], dp_seeds=dp_seeds, phase=phase)
-    return (FamilyRun(fs=fs, ev=evs[k], ranked=ranked), outs[k],
-            relaxed_s + time.perf_counter() - tf)
-
-  # The largest spaces start first: their discrete phases take longest, and a
-  # family that waited for a thread would finish last.
-  order = sorted(range(len(spaces)), key=lambda k: -float(spaces[k].size))
-  with concurrent.futures.ThreadPoolExecutor(workers(len(spaces))) as pool:
-    done = dict(zip(order, pool.map(one, order), strict=True))
-  return [done[k] for k in range(len(spaces))]
+  return evs, outs, rngs
 
 
 def relaxed_best(out: relax.RelaxOutput, cfg: relax.RelaxConfig) -> float:

@@ -136,8 +136,9 @@ class SearchResult:
   """What a search method found.
 
   Attributes:
-    method: What found it: ``optimize`` (the gradient search),
-      ``enumerate``, ``random``, ``annealing``, or a rule of thumb's name
+    method: What found it: a registered method's name (:data:`search.METHODS`:
+      ``optimize``, the gradient search, ``cut_dp``, ``enumerate``, ``random``,
+      ``annealing``, ``bound``), or a rule of thumb's name
       (``verl``, ``openrlhf``, ``areal``, ``kv_fit``).
     best_plan: The best feasible plan (None when nothing fits).
     best_estimate: Its exact estimate (None when nothing fits).
@@ -178,6 +179,10 @@ class SearchResult:
       cluster, why (:func:`search._src.space.why_empty`, e.g. ``colocated: no
       training layout of 24 GPUs divides the 4,096-sample batch``); the other
       families were searched.
+    stopped: When the run's budget (``budget_s``, ``max_evaluations``) ended
+      it before the method finished, which one (:func:`search.run`); else None.
+    lower_bound_s: Per family, a step time no valid plan of the family beats
+      (the ``bound`` method; inf when none fits).
   """
 
   method: str
@@ -200,6 +205,8 @@ class SearchResult:
   on_policy: SearchResult | None = None
   relaxed: bool = False
   skipped: dict = dataclasses.field(default_factory=dict)
+  stopped: str | None = None
+  lower_bound_s: dict = dataclasses.field(default_factory=dict)
 
   @property
   def search_time_s(self) -> float:
