@@ -222,46 +222,41 @@ def _quality(quick: bool) -> list[dict]:
       previous = structure
     fams = search.default_families(job)
     t0 = time.perf_counter()
-    exact = {f: search.enumerate_plans(job, cluster, f, space=space, chunk_size=65536)
-             for f in fams}
-    enum_s = time.perf_counter() - t0
-    size = sum(e.space_size for e in exact.values())
-    opt = min(e.best_step_time_s for e in exact.values())
-    t0 = time.perf_counter()
     # Every mode: the enumeration covers every family that applies.
-    modes = dict(max_staleness=1, partial_rollout=True, compilation_cache=False)
+    modes = dict(max_staleness=1, partial_rollout=True)
+    exact = search.run("enumerate", job, cluster, families=fams, space=space, **modes)
+    enum_s = time.perf_counter() - t0
+    size, opt = exact.space_size, exact.best_step_time_s
+    t0 = time.perf_counter()
     res = search.optimize(job, cluster, starts=_STARTS.value, steps=_STEPS.value, seed=0,
-                          space=space, **modes)
+                          space=space, compilation_cache=False, **modes)
     cold = time.perf_counter() - t0
     t0 = time.perf_counter()
     res = search.optimize(job, cluster, starts=_STARTS.value, steps=_STEPS.value, seed=0,
-                          space=space, **modes)
+                          space=space, compilation_cache=False, **modes)
     warm = time.perf_counter() - t0
     best = float(res.best_estimate.step_time_s) if res.feasible else np.inf
-    budget = warm / len(fams)
-    rnd = min(search.random_search(job, cluster, f, budget, seed=0, space=space,
-                                   batch=8192).best_step_time_s for f in fams)
-    sa = min(search.simulated_annealing(job, cluster, f, budget, seed=0, space=space,
-                                        chains=2048).best_step_time_s for f in fams)
-    # The same number of exact evaluations as the search used.
-    n_eval = max(res.evaluations // len(fams), 1)
-    rnd_n = min(search.random_search(job, cluster, f, np.inf, seed=0, space=space, batch=8192,
-                                     max_evaluations=n_eval).best_step_time_s for f in fams)
-    sa_n = min(search.simulated_annealing(job, cluster, f, np.inf, seed=0, space=space,
-                                          chains=256, max_evaluations=n_eval).best_step_time_s
-               for f in fams)
+    # The methods that run until stopped, given the search's warm wall time, then
+    # its number of exact evaluations, over every family in turn.
+    gap_time, gap_evals = {}, {}
+    for m in sampled_methods():
+      at_time = search.method(m, **_AT_TIME.get(m, {}))
+      gap_time[m] = search.run(at_time, job, cluster, families=fams, budget_s=warm, seed=0,
+                               space=space, **modes).best_step_time_s / opt - 1
+      at_evals = search.method(m, **_AT_EVALUATIONS.get(m, {}))
+      gap_evals[m] = search.run(at_evals, job, cluster, families=fams,
+                                max_evaluations=max(res.evaluations, 1), seed=0, space=space,
+                                **modes).best_step_time_s / opt - 1
     rules = {r.method: r.best_step_time_s
              for r in search.rules_of_thumb(job, cluster, max_staleness=1, partial_rollout=True)}
     row = dict(label=label, size=size, enum_s=enum_s, opt=opt, best=best, cold=cold, warm=warm,
-               gap=best / opt - 1, gap_random=rnd / opt - 1, gap_sa=sa / opt - 1,
-               gap_random_n=rnd_n / opt - 1, gap_sa_n=sa_n / opt - 1,
+               gap=best / opt - 1, gap_time=gap_time, gap_evals=gap_evals,
                family=res.family, rules={k: v / best for k, v in rules.items()},
                evaluations=res.evaluations)
     rows.append(row)
-    print(f"{label}: opt {opt:.2f} s, search {best:.2f} s (gap {row['gap']:.2%}), random "
-          f"{row['gap_random']:.2%}, annealing {row['gap_sa']:.2%}, at equal evaluations "
-          f"({res.evaluations:,}): random {row['gap_random_n']:.2%}, annealing "
-          f"{row['gap_sa_n']:.2%}; warm {warm:.1f} s", flush=True)
+    others = ", ".join(f"{m} {gap_time[m]:.2%} / {gap_evals[m]:.2%}" for m in gap_time)
+    print(f"{label}: opt {opt:.2f} s, search {best:.2f} s (gap {row['gap']:.2%}); at equal time "
+          f"/ evaluations ({res.evaluations:,}): {others}; warm {warm:.1f} s", flush=True)
   return rows
 
 
@@ -300,18 +295,17 @@ def _report(throughput, headline, quality) -> str:
                    f"{h['best_s']:.2f} | {relaxed:.2f} | " + " | ".join(speed) + " |")
   if quality:
     gaps = np.asarray([q["gap"] for q in quality])
-    gr = np.asarray([q["gap_random"] for q in quality])
-    gs = np.asarray([q["gap_sa"] for q in quality])
-    grn = np.asarray([q["gap_random_n"] for q in quality])
-    gsn = np.asarray([q["gap_sa_n"] for q in quality])
+    sampled = list(quality[0]["gap_time"])
     lines += ["", f"## Quality on {len(quality)} enumerable problems", "",
               "Gap = step time of the plan found / exhaustive optimum over the same space "
-              "(every family) - 1. Random search and annealing get either the search's warm "
-              "wall time or its number of exact evaluations, split evenly over the families.",
+              "(every family) - 1. The registered methods that run until stopped "
+              f"({', '.join(sampled)}) get either the search's warm wall time or its number of "
+              "exact evaluations, over every family in turn.",
               "", "| | median | 90th percentile | max |", "|---|---:|---:|---:|"]
-    for name, g in (("gradient search", gaps), ("random search, equal time", gr),
-                    ("annealing, equal time", gs), ("random search, equal evaluations", grn),
-                    ("annealing, equal evaluations", gsn)):
+    rows = [("gradient search", gaps)]
+    for key, what in (("gap_time", "equal time"), ("gap_evals", "equal evaluations")):
+      rows += [(f"{m}, {what}", np.asarray([q[key][m] for q in quality])) for m in sampled]
+    for name, g in rows:
       lines.append(f"| {name} | {_pct(np.median(g))} | {_pct(np.percentile(g, 90))} | "
                    f"{_pct(np.max(g))} |")
     lines += ["", "| rule of thumb | median speed-up of the searched plan | min | max |",
@@ -320,17 +314,32 @@ def _report(throughput, headline, quality) -> str:
       s = np.asarray([q["rules"][r] for q in quality if np.isfinite(q["rules"][r])])
       if len(s):
         lines.append(f"| {r} | {np.median(s):.2f}x | {s.min():.2f}x | {s.max():.2f}x |")
-    lines += ["", "| problem | plans | optimum (s) | search (s) | gap | random gap (time / "
-              "evals) | annealing gap (time / evals) | search evals | family | cold (s) | "
-              "warm (s) |", "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+    lines += ["", "| problem | plans | optimum (s) | search (s) | gap | " + " | ".join(
+        f"{m} gap (time / evals)" for m in sampled) + " | search evals | family | cold (s) | "
+              "warm (s) |", "|---|---:|---:|---:|---:|" + "---:|" * len(sampled)
+              + "---:|---|---:|---:|"]
     for q in quality:
+      others = " | ".join(f"{_pct(q['gap_time'][m])} / {_pct(q['gap_evals'][m])}"
+                          for m in sampled)
       lines.append(f"| {q['label']} | {q['size']:,} | {q['opt']:.2f} | {q['best']:.2f} | "
-                   f"{_pct(q['gap'])} | {_pct(q['gap_random'])} / {_pct(q['gap_random_n'])} | "
-                   f"{_pct(q['gap_sa'])} / {_pct(q['gap_sa_n'])} | {q['evaluations']:,} | "
+                   f"{_pct(q['gap'])} | {others} | {q['evaluations']:,} | "
                    f"{q['family']} | {q['cold']:.1f} | {q['warm']:.1f} |")
     lines += ["", f"Peak RSS of the quality run: "
               f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9:.2f} GB."]
   return "\n".join(lines) + "\n"
+
+
+# Settings of the sampled methods at equal wall time and at equal evaluations
+# (a method the registry adds runs with its defaults).
+_AT_TIME = {"random": dict(batch=8192), "annealing": dict(chains=2048)}
+_AT_EVALUATIONS = {"random": dict(batch=8192), "annealing": dict(chains=256)}
+
+
+def sampled_methods() -> tuple[str, ...]:
+  """The registered methods that run until stopped (compared at equal time
+  and equal evaluations)."""
+  import search  # pylint: disable=g-import-not-at-top
+  return tuple(m for m in search.METHODS if search.method(m).anytime)
 
 
 def main(argv):

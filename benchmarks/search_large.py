@@ -31,7 +31,17 @@ import time
 
 import numpy as np
 
-METHODS = ("gradient", "random", "annealing", "cut_dp")
+
+
+def _compared() -> tuple[str, ...]:
+  """The registered methods compared with the gradient search at equal wall
+  time: every one that returns plans but enumeration (the bounds phase's)."""
+  import search  # pylint: disable=g-import-not-at-top
+  return tuple(m for m in search.METHODS
+               if m not in ("optimize", "enumerate") and search.method(m).plans)
+
+
+METHODS = ("gradient", *_compared())
 # Families of at most this many valid plans are enumerated in the bounds phase
 # (DeepSeek-V3's colocated family on 16,384 H800: 1.52e8 plans, 29.7 s).
 ENUMERABLE = 3e8
@@ -61,12 +71,13 @@ def _best(res) -> float:
 
 def _baseline(method: str, j, cluster, fams, budget_s: float, seed: int,
               tables: bool | None = None) -> float:
+  """The best step time of ``method`` in ``budget_s`` over the families (in
+  turn); ``tables`` to the methods that take it."""
+  import inspect  # pylint: disable=g-import-not-at-top
   import search  # pylint: disable=g-import-not-at-top
-  if method == "cut_dp":
-    return _best(search.cut_dp(j, cluster, budget_s=budget_s, families=fams))
-  fn = search.random_search if method == "random" else search.simulated_annealing
-  return min(_best(fn(j, cluster, f, budget_s / len(fams), seed=seed, tables=tables))
-             for f in fams)
+  takes = "tables" in inspect.signature(search.METHODS[method]).parameters
+  m = search.method(method, **({"tables": tables} if takes and tables is not None else {}))
+  return _best(search.run(m, j, cluster, families=fams, budget_s=budget_s, seed=seed))
 
 
 def warm_child(name: str, seeds: int, headline) -> dict:

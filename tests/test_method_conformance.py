@@ -25,9 +25,10 @@ def _run(name, job, cluster, space, **kw):
 
 
 def _signature(res):
-  """What two equal results share: each top plan's layout and step time."""
-  return [(tuple((p.name, float(p.gpus)) for p in plan.pools), float(est.step_time_s))
-          for plan, est in res.top]
+  """What two equal results share: each top plan's layout and step time, and
+  each family's bound."""
+  return ([(tuple((p.name, float(p.gpus)) for p in plan.pools), float(est.step_time_s))
+           for plan, est in res.top], {f: b.bound_s for f, b in res.bounds.items()})
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +47,11 @@ def test_every_registered_method_builds_a_method_of_its_name():
 @pytest.mark.parametrize("name", METHODS)
 def test_plans_are_valid_feasible_and_ranked(name, full, search_job, cluster_2x8):
   res = full[name]
+  if not search.method(name).plans:  # a floor per family: no method's plan beats it
+    assert res.method == name and not res.feasible and res.infeasible_reason is None
+    floor = res.bounds["colocated"].bound_s
+    assert 0 < floor <= min(r.best_step_time_s for r in full.values()) * (1 + 1e-6)
+    return
   assert res.method == name and res.feasible and res.stopped is None
   assert res.evaluations > 0 and 1 <= len(res.top) <= 5
   times = [float(est.step_time_s) for _, est in res.top]

@@ -181,8 +181,9 @@ class SearchResult:
       families were searched.
     stopped: When the run's budget (``budget_s``, ``max_evaluations``) ended
       it before the method finished, which one (:func:`search.run`); else None.
-    lower_bound_s: Per family, a step time no valid plan of the family beats
-      (the ``bound`` method; inf when none fits).
+    bounds: Per family, a step time no valid plan of the family beats (the
+      ``bound`` method: a :class:`~search._src.bound.FamilyBound`, ``bound_s``
+      inf when the family holds no plan).
   """
 
   method: str
@@ -206,7 +207,7 @@ class SearchResult:
   relaxed: bool = False
   skipped: dict = dataclasses.field(default_factory=dict)
   stopped: str | None = None
-  lower_bound_s: dict = dataclasses.field(default_factory=dict)
+  bounds: dict = dataclasses.field(default_factory=dict)
 
   @property
   def search_time_s(self) -> float:

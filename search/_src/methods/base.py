@@ -115,7 +115,7 @@ class Outcome(NamedTuple):
     skipped: Per family that yielded no plan, why.
     fields: Further :class:`~search._src.result.SearchResult` fields the method
       fills (``relaxed_bound_s``, ``history``, ``relaxed``, ``space_size``,
-      ``lower_bound_s``, ``description``).
+      ``bounds``, ``description``).
     evaluations: Exact evaluations spent (None: the scorer's count).
   """
 
@@ -143,6 +143,7 @@ class Method(NamedTuple):
       at every step).
     anytime: Whether the method never finishes by itself (sampling), so a run
       needs ``budget_s`` or ``max_evaluations``.
+    plans: Whether it returns plans (the bound returns a floor per family).
     description: One line on what it does.
   """
 
@@ -153,6 +154,7 @@ class Method(NamedTuple):
   result: Callable[[Any], Outcome]
   stoppable: Callable[[Any], bool] = _always
   anytime: bool = False
+  plans: bool = True
   description: str = ""
 
 

@@ -27,19 +27,20 @@ from search._src.result import SearchResult
 MAX_SCAN = result_lib.KEEP
 
 
-def finish(outcome: base.Outcome, problem: base.Problem, method: str, top_k: int,
+def finish(outcome: base.Outcome, problem: base.Problem, method: base.Method, top_k: int,
            evaluations: int) -> SearchResult:
   """The :class:`SearchResult` of ``outcome`` (see the module docstring).
 
   Args:
     outcome: What the method's ``result`` returned.
     problem: What was searched.
-    method: The method's name.
+    method: The method.
     top_k: Plans to return.
     evaluations: Exact evaluations the run spent (used when the outcome does
       not say).
   """
   fw = fw_lib.get(problem.framework)
+  name = method.name
   skipped = {**problem.skipped, **outcome.skipped}
   runs = [f for f in outcome.families if len(f.ranked.feasible)]
   best_by = {}
@@ -48,13 +49,16 @@ def finish(outcome: base.Outcome, problem: base.Problem, method: str, top_k: int
     best_by[f.label or f.fs.family] = (float(r.step_time_s[0]) if len(r.feasible)
                                        and r.feasible[0] else np.inf)
   families = problem.families
-  done = dict(method=method, best_by_family_s=best_by, framework=fw.name, skipped=skipped,
+  done = dict(method=name, best_by_family_s=best_by, framework=fw.name, skipped=skipped,
               evaluations=(outcome.evaluations if outcome.evaluations is not None
                            else evaluations),
               family=families[0] if len(families) == 1 else None, **outcome.fields)
   if not runs:
-    why = "; ".join(skipped.values()) or f"{method} scored no plan"
-    return SearchResult(infeasible_reason="no family holds a plan: " + why, **done)
+    if not method.plans and outcome.fields.get("bounds"):
+      return SearchResult(**done)  # a floor per family, no plan by design
+    why = "; ".join(skipped.values()) or f"{name} scored no plan"
+    prefix = "no family holds a plan: " if method.plans else "no family bounded: "
+    return SearchResult(infeasible_reason=prefix + why, **done)
   # Rank every family's plans together.
   owner = [(k, i) for k, run in enumerate(runs) for i in range(len(run.ranked.feasible))]
   cat = lambda field: np.concatenate([getattr(r.ranked, field) for r in runs], 0)
@@ -79,7 +83,7 @@ def finish(outcome: base.Outcome, problem: base.Problem, method: str, top_k: int
     first, _ = distinct(runs, sync, 1, fw, job, cluster)
     if first:
       ((plan, est),), fam = exact(runs, first), runs[first[0][0]].fs.family
-      on_policy = SearchResult(method=method, best_plan=plan, best_estimate=est,
+      on_policy = SearchResult(method=name, best_plan=plan, best_estimate=est,
                                family=fam, top=((plan, est),), top_families=(fam,),
                                framework=fw.name, relaxed=done.get("relaxed", False),
                                accepted_by=fw_lib.accepting(plan, job, cluster))

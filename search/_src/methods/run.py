@@ -118,8 +118,8 @@ def run(method: str | base.Method, job: cm.RLJob, cluster: cm.Cluster, *,
           break
       state = m.step(state, scorer)
     outcome = m.result(state)
-    res = finish_lib.finish(outcome, problem, m.name, top_k, scorer.evaluations)
-  if stopped is not None and not res.feasible and not outcome.families:
+    res = finish_lib.finish(outcome, problem, m, top_k, scorer.evaluations)
+  if stopped is not None and res.infeasible_reason and not outcome.families:
     res = dataclasses.replace(res, infeasible_reason=f"{stopped} before {m.name} scored a "
                               f"plan; " + res.infeasible_reason)
   wall = time.perf_counter() - t0
