@@ -217,3 +217,13 @@ def test_training_tp_must_divide_the_mamba_groups():
   q = cm.models.get("qwen3-8b")
   assert constraints.rule_mask("layout", constraints.layout_fields(q, 16.0, 16.0, 1.0, 1.0, 1.0),
                                only=("tp_divides_mamba_groups",))
+
+
+def test_context_parallel_exchange_by_block_kind():
+  nano = cm.models.from_hf_id(NANO)
+  tokens, cp, tp = 8192.0, 4.0, 2.0
+  w = layers.forward_work(nano, tokens, 1024.0, tp=tp, cp=cp)
+  t_loc = tokens / cp
+  kv = 2.0 * t_loc * 2 * 2 * 128 / 2.0             # K and V of 2 heads, split over TP 2
+  a2a = 2.0 * t_loc * (2 * 4096 + 6144 + 64) / (tp * cp)  # z, x, B, C, dt in; y out
+  assert float(w.cp_bytes) == pytest.approx((6 * kv + 23 * a2a) / 52)

@@ -54,7 +54,8 @@ class ForwardWork(NamedTuple):
     tp_collectives: Number of TP all-reduces (or RS+AG pairs) in the pass.
     ep_bytes: Per-rank send volume of one MoE all-to-all.
     ep_collectives: Number of MoE all-to-alls in the pass (dispatch+combine).
-    cp_bytes: KV bytes one rank passes around the CP ring per layer.
+    cp_bytes: Bytes one rank passes around the CP ring per layer (the mean
+      layer: KV of attention, Mamba-2's all-to-all share).
     n_gemms: Number of separate weight GEMMs (sets their size).
     layers: Layers on this GPU's pipeline stage.
     rows: Rows of each weight GEMM (tokens on this GPU).
@@ -258,6 +259,17 @@ def forward_work(model: ModelSpec, tokens, context, tp=1.0, pp=1.0, cp=1.0, ep=1
   kv_width = (model.kv_lora_rank + model.qk_rope_head_dim) if model.is_mla else (
       2 * model.n_kv_heads * model.head_dim)
   cp_bytes = act_bytes * t_loc * kv_width / jnp.minimum(tp, float(max(model.n_kv_heads, 1)))
+  n_mamba = model.n_layers_of("mamba")
+  if n_mamba or model.n_layers_of("mlp_only"):
+    # Mean over the layers: attention layers pass their KV around the ring;
+    # a Mamba-2 layer swaps sequence and head shards by all-to-all before its
+    # scan (in_proj's z, x, B, C, dt) and back after it (y), Megatron-Core's
+    # MambaContextParallel: (cp - 1) / cp of that width, whose (cp - 1) the
+    # ring's time applies; a block without a mixer passes nothing.
+    width = 2 * mamba.inner(model) + mamba.conv_channels(model) + model.mamba_heads
+    a2a = act_bytes * t_loc * width / (tp * cp)
+    n_attn = model.n_layers - n_mamba - model.n_layers_of("mlp_only")
+    cp_bytes = (n_attn * cp_bytes + n_mamba * a2a) / model.n_layers
   mats = (4 if not model.is_mla else 6) + (3 if model.gated_mlp else 2)
   n_gemms = layers_per_stage * mats + (1.0 if lm_head else 0.0)
   dense_g, expert_g = _gemms(model, t_loc, tp, pp, etp, ep, lm_head, touched)
