@@ -6,6 +6,10 @@ bound never exceeds the exhaustive optimum (every family of the search tests'
 problem, and ``split3`` of a small PPO job); it equals that formula minimised
 by brute force (so the per-pool-combination decomposition loses nothing); and
 it refuses a family whose leaves' times depend on each other.
+
+The brute force scores every valid plan with the bound's own compiled program
+(the same chunk of rows), and the exhaustive optimum is the least feasible
+step time of those scores: one enumeration serves both checks.
 """
 
 import numpy as np
@@ -14,6 +18,7 @@ import pytest
 import costmodel as cm
 import search
 from search._src import cut_tree
+from search._src import evaluate
 from search._src import kept_spaces
 
 FAMILIES = ("colocated", "split", "split_async", "split_async_partial")
@@ -33,16 +38,18 @@ def ppo_case(h100):
   return job, cluster, space
 
 
-def _brute_force(job, cluster, family, space) -> float:
+def _brute_force(job, cluster, family, space) -> tuple[float, float, int]:
   """The bound's leaf formula evaluated on every valid plan of ``family``, minimised
-  (a leaf alone on its pool counts only where it fits); asserts on the way that it
-  is at most each feasible plan's step time, and that a feasible plan's lone
-  leaves fit (the premises of the bound, plan by plan)."""
+  (a leaf alone on its pool counts only where it fits), the exhaustive optimum
+  (the least feasible step time) and the number of valid plans; asserts on the
+  way that the formula is at most each feasible plan's step time, and that a
+  feasible plan's lone leaves fit (the premises of the bound, plan by plan)."""
   _, fs, blocks = kept_spaces.valid_space(job, cluster, family, space, "any")
-  run = cut_tree.CutFamily(fs, cm.Efficiency(), 4096, 1, blocks=blocks)
+  run = cut_tree.CutFamily(fs, cm.Efficiency(), evaluate.DEFAULT_CHUNK, 1, blocks=blocks)
   mode = fs.structure.placement.mode
   overlap = mode.staleness > 0 or mode.require_batches is not None  # pipelined, by hand
-  best = np.inf
+  best = optimum = np.inf
+  plans = 0
   for rows, _ in blocks.chunks(65536):
     scores, names, dur, ex = run.ev.stage_scores(rows)
     on_pool = {p: np.zeros(len(rows)) for p in run.pool_names}
@@ -63,7 +70,9 @@ def _brute_force(job, cluster, family, space) -> float:
     assert (total[feasible] <= step * (1 + 1e-5)).all(), np.max(total[feasible] / step)
     total = np.where(fits, total, np.inf)
     best = min(best, float(total.min()))
-  return best
+    optimum = min(optimum, float(step.min()))
+    plans += len(rows)
+  return best, optimum, plans
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -71,8 +80,8 @@ def test_bound_is_below_the_optimum_and_equals_the_brute_force_minimum(
     family, search_job, cluster_2x8, compact_space):
   b = search.lower_bound(search_job, cluster_2x8, family, space=compact_space)
   assert isinstance(b, search.FamilyBound) and b.family == family
-  opt = search.enumerate_plans(search_job, cluster_2x8, family, space=compact_space,
-                               chunk_size=16384).best_step_time_s
+  least, opt, plans = _brute_force(search_job, cluster_2x8, family, compact_space)
+  assert plans == search.space_size(search_job, cluster_2x8, family, compact_space)
   assert 0.0 < b.bound_s <= opt * (1 + 1e-6)
   # A bound far below every plan would be true and useless: these families'
   # weight sync, switch and reward stages are a small share of the step.
@@ -80,8 +89,7 @@ def test_bound_is_below_the_optimum_and_equals_the_brute_force_minimum(
   # Colocated leaves share one pool's memory; in the split families the engine
   # and the actor (with the reference it lends its layout to) each hold a pool alone.
   assert b.fits_pools == (() if family == "colocated" else ("gen", "train"))
-  assert b.bound_s == pytest.approx(
-      _brute_force(search_job, cluster_2x8, family, compact_space), rel=1e-5)
+  assert b.bound_s == pytest.approx(least, rel=1e-5)
   assert sum(b.pools.values()) <= cluster_2x8.n_gpus and b.rows > 0 and b.wall_time_s > 0
 
 
@@ -90,9 +98,9 @@ def test_split3_bound_two_training_pools(ppo_case):
   b = search.lower_bound(job, cluster, "split3", space=space)
   assert set(b.pools) == {"gen", "actor", "critic"}
   assert b.fits_pools == ("actor", "gen")  # the critic and the reward model share a pool
-  opt = search.enumerate_plans(job, cluster, "split3", space=space).best_step_time_s
+  least, opt, _ = _brute_force(job, cluster, "split3", space)
   assert 0.5 * opt <= b.bound_s <= opt * (1 + 1e-6)
-  assert b.bound_s == pytest.approx(_brute_force(job, cluster, "split3", space), rel=1e-5)
+  assert b.bound_s == pytest.approx(least, rel=1e-5)
 
 
 def test_refuses_leaves_that_depend_on_each_other(search_job, cluster_2x8, compact_space,
