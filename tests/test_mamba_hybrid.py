@@ -227,3 +227,12 @@ def test_context_parallel_exchange_by_block_kind():
   kv = 2.0 * t_loc * 2 * 2 * 128 / 2.0             # K and V of 2 heads, split over TP 2
   a2a = 2.0 * t_loc * (2 * 4096 + 6144 + 64) / (tp * cp)  # z, x, B, C, dt in; y out
   assert float(w.cp_bytes) == pytest.approx((6 * kv + 23 * a2a) / 52)
+
+
+def test_weight_gemms_per_block_kind():
+  nano = cm.models.from_hf_id(NANO)
+  w = layers.forward_work(nano, 1024.0, 512.0)
+  # 23 Mamba (in, out), 6 attention (q, k, v, o), 23 MoE blocks (up, down) and the LM head.
+  assert float(w.n_gemms) == pytest.approx(23 * 2 + 6 * 4 + 23 * 2 + 1)
+  std = cm.models.get("qwen3-8b")
+  assert float(layers.forward_work(std, 1024.0, 512.0).n_gemms) == pytest.approx(36 * 7 + 1)

@@ -270,7 +270,12 @@ def forward_work(model: ModelSpec, tokens, context, tp=1.0, pp=1.0, cp=1.0, ep=1
     a2a = act_bytes * t_loc * width / (tp * cp)
     n_attn = model.n_layers - n_mamba - model.n_layers_of("mlp_only")
     cp_bytes = (n_attn * cp_bytes + n_mamba * a2a) / model.n_layers
-  mats = (4 if not model.is_mla else 6) + (3 if model.gated_mlp else 2)
+  attn_mats = 4 if not model.is_mla else 6
+  # Mean GEMMs per layer: a Mamba-2 mixer runs two (in_proj, out_proj), a
+  # block without a mixer none, a block without an MLP no MLP GEMMs.
+  mixer_mats = (model.n_layers * attn_mats - model.n_layers_of("mamba") * (attn_mats - 2)
+                - model.n_layers_of("mlp_only") * attn_mats) / model.n_layers
+  mats = mixer_mats + (3 if model.gated_mlp else 2) * model.n_mlp_layers / model.n_layers
   n_gemms = layers_per_stage * mats + (1.0 if lm_head else 0.0)
   dense_g, expert_g = _gemms(model, t_loc, tp, pp, etp, ep, lm_head, touched)
   n_expert = 2.0 * model.n_moe_layers / pp
