@@ -236,3 +236,21 @@ def test_weight_gemms_per_block_kind():
   assert float(w.n_gemms) == pytest.approx(23 * 2 + 6 * 4 + 23 * 2 + 1)
   std = cm.models.get("qwen3-8b")
   assert float(layers.forward_work(std, 1024.0, 512.0).n_gemms) == pytest.approx(36 * 7 + 1)
+
+
+def test_a_shipped_config_json_with_its_other_keys_reads_as_the_table_entry(tmp_path):
+  import json  # pylint: disable=g-import-not-at-top
+  cfg = dict(hf_models.table()[NANO]["config"], architectures=["NemotronHForCausalLM"],
+             intermediate_size=1856, expand=2, mamba_hidden_act="silu", mlp_hidden_act="relu2",
+             mamba_proj_bias=False, use_conv_bias=True, use_bias=False, mlp_bias=False,
+             attention_bias=False, n_group=1, topk_group=1, norm_topk_prob=True,
+             routed_scaling_factor=2.5, rope_theta=10000, max_position_embeddings=262144,
+             time_step_min=0.001, time_step_max=0.1, torch_dtype="bfloat16")
+  path = tmp_path / "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16" / "config.json"
+  path.parent.mkdir()
+  path.write_text(json.dumps(cfg))
+  spec = hf_config.from_hf_config(path)
+  assert spec.name == "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"
+  assert spec.replace(name="x") == cm.models.from_hf_id(NANO).replace(name="x")
+  with pytest.raises(ValueError, match=r"unknown key\(s\) \['architectures'"):
+    hf_config.from_hf_config(path, strict=True)
