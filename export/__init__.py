@@ -8,6 +8,13 @@ that is not ``nnodes x n_gpus_per_node``, a parallel degree the backend
 lacks, a role placed where the keys cannot put it, a staleness the recipe
 cannot bound) raises ``ValueError`` naming the setting and why.
 
+Each framework is one folder, ``export/<name>/``, and one :class:`Record`
+(:data:`RECORDS`, :func:`record`): its exporter, importer, version pin
+(:data:`PINS`), the engine defaults its importer and rules of thumb use
+(:data:`ENGINE_DEFAULTS`), the rules its search space follows
+(:class:`SearchRules`) and its command-line names; the search and the command
+lines read the records.
+
 >>> import export
 >>> verl = export.get("verl")
 >>> overrides = verl.to_config(plan, job, cluster, strategy="megatron")  # doctest: +SKIP
@@ -34,36 +41,40 @@ Plan files read back: ``export.read_plan(path).plan`` is the plan that
 """
 
 from export._src.adapting import adapt
-from export._src.areal import to_areal
 from export._src.base import Exporter
 from export._src.base import to_yaml
 from export._src.common import require_int
-from export._src.defaults import ENGINE_DEFAULTS
-from export._src.defaults import PINS
-from export._src.defaults import EngineDefaults
 from export._src.importing import Given
 from export._src.importing import Imported
 from export._src.importing import plan_settings
 from export._src.imports import IMPORT_FRAMEWORKS
 from export._src.imports import read_config
 from export._src.imports import unexpressed
-from export._src.nemo_rl import to_nemo_rl
-from export._src.openrlhf import openrlhf_command
-from export._src.openrlhf import to_openrlhf
 from export._src.planfile import PlanFile
 from export._src.planfile import describe
 from export._src.planfile import plan_from_dict
 from export._src.planfile import plan_to_dict
 from export._src.planfile import read_plan
 from export._src.planfile import write_plan
+from export._src.record import EngineDefaults
+from export._src.record import Record
+from export._src.record import SearchRules
+from export._src.registry import ENGINE_DEFAULTS
 from export._src.registry import FRAMEWORKS
+from export._src.registry import PINS
+from export._src.registry import RECORDS
 from export._src.registry import get
-from export._src.slime import slime_command
-from export._src.slime import to_slime
+from export._src.registry import record
 from export._src.speculative_keys import RUNS as SPECULATIVE_RUNS
 from export._src.speculative_keys import framework_keys as speculative_keys
-from export._src.verl import to_verl
-from export._src.verl import verl_command
+from export.areal.exporter import to_areal
+from export.nemo_rl.exporter import to_nemo_rl
+from export.openrlhf.exporter import openrlhf_command
+from export.openrlhf.exporter import to_openrlhf
+from export.slime.exporter import slime_command
+from export.slime.exporter import to_slime
+from export.verl.exporter import to_verl
+from export.verl.exporter import verl_command
 
 __all__ = (
     "SPECULATIVE_RUNS",
@@ -78,6 +89,9 @@ __all__ = (
     "Imported",
     "PINS",
     "PlanFile",
+    "RECORDS",
+    "Record",
+    "SearchRules",
     "describe",
     "get",
     "openrlhf_command",
@@ -86,6 +100,7 @@ __all__ = (
     "plan_to_dict",
     "read_config",
     "read_plan",
+    "record",
     "require_int",
     "slime_command",
     "to_areal",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import html as html_lib
 import html.parser
 import io
 import json
@@ -18,6 +19,7 @@ import pytest
 import costmodel as cm
 import export
 import search
+from search._src import framework_settings
 from search._src import html_report
 
 CHROMIUM = next((b for b in ("chromium", "chromium-browser", "google-chrome",
@@ -25,14 +27,19 @@ CHROMIUM = next((b for b in ("chromium", "chromium-browser", "google-chrome",
                 None)
 
 
-@functools.cache
-def _page() -> str:
+def _inputs():
   job = cm.RLJob("grpo", cm.models.get("qwen2.5-1.5b"), prompts_per_step=64.0,
                  samples_per_prompt=4.0, prompt_len=512.0,
                  response=cm.ResponseLength.from_mean_max(500.0, 1024.0), mini_batches=2)
   cluster = cm.Cluster("H100", 8, 1)
   plan = cm.Plan.colocated(job, cluster, train=cm.Parallel(micro_batch=2),
                            engine=cm.Engine(tp=2, memory_fraction=0.6, max_seqs=256))
+  return job, cluster, plan
+
+
+@functools.cache
+def _page() -> str:
+  job, cluster, plan = _inputs()
   est = cm.estimate(job, plan, cluster)
   return html_report.render(job, cluster, plan, est, search.rules_of_thumb(job, cluster),
                             title="test report")
@@ -82,6 +89,25 @@ def test_page_holds_the_plan_settings_per_framework_and_rules():
   for rule in ("verl", "openrlhf", "kv_fit"):
     assert f"<td>{rule}</td>" in page
   assert "actor_update" in page and "lower bound" in page  # the estimate's table
+
+
+def test_page_lists_the_settings_each_framework_adapts():
+  job, cluster, plan = _inputs()
+  page = _page()
+  listed = 0
+  for fw in export.FRAMEWORKS:
+    opts = framework_settings.export_options(fw, plan)
+    try:
+      adapted, changes = export.adapt(fw, job, plan, cluster, **opts)
+      export.get(fw).export(adapted, job, cluster, **opts)
+    except ValueError:  # refused: the page gives the reason instead
+      continue
+    for c in changes:
+      assert f"<li>{html_lib.escape(c)}</li>" in page
+    listed += len(changes)
+  # NeMo-RL keeps a colocated policy's state on the host while vLLM generates (swap) and
+  # syncs it by CUDA IPC: the plan's per-tensor sync and resident state change
+  assert listed >= 2
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (apt-get install chromium-headless-shell)")

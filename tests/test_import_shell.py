@@ -172,13 +172,17 @@ def test_quoted_continuations_and_a_composed_string_split_around_an_unknown(tmp_
       EXTRA=(
           $ACTOR
       )
-      python3 -m verl.trainer.main_ppo "${EXTRA[@]}"
+      nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")
+      nodes_array=( $nodes )
+      python3 -m verl.trainer.main_ppo "${EXTRA[@]}" head="${nodes_array[0]}"
       """)
   run = shell.read_script(path)
   # the backslash-newline inside double quotes joins the lines; the composed string splits
-  # on its own blanks though one of its parts is unknown ($HOME)
-  assert run.commands[-1][3:] == ["actor.lr=1e-6", "model.path=${HOME}/models/Qwen3-8B",
-                                  "extra.key=1"]
+  # on its own blanks though one of its parts is unknown ($HOME); an unknown command's
+  # output stays one word
+  assert run.commands[-1][3:-1] == ["actor.lr=1e-6", "model.path=${HOME}/models/Qwen3-8B",
+                                    "extra.key=1"]
+  assert run.commands[-1][-1].startswith("head=$(scontrol show hostnames")
 
 
 def test_verl_unassigned_variable_in_a_cost_setting_is_refused_naming_it(tmp_path):

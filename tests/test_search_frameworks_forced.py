@@ -57,7 +57,7 @@ def test_to_plan_is_the_plan_as_the_framework_runs_it(name, search_job, cluster_
 
 
 def test_forced_settings_by_framework(search_job, cluster_2x8, compact_space):
-  # export/_src/verl.py, nemo_rl.py, slime.py: the settings each forces.
+  # export/verl, nemo_rl, slime exporter.py: the settings each forces.
   rng = np.random.default_rng(4)
 
   def plan(name, fam):
@@ -172,7 +172,7 @@ def test_traced_programs_are_keyed_by_the_exporters_source(monkeypatch):
   # A traced program embodies Exporter.adapt: an edit of export/ makes a new key.
   before = trace_cache._source_digest()
   read = pathlib.Path.read_bytes
-  verl = pathlib.Path(export.__file__).parent / "_src" / "verl.py"
+  verl = pathlib.Path(export.__file__).parent / "verl" / "exporter.py"
   monkeypatch.setattr(pathlib.Path, "read_bytes",
                       lambda self: read(self) + (b"#" if self == verl else b""))
   trace_cache._source_digest.cache_clear()

@@ -14,11 +14,11 @@ import os
 import re
 
 import export
-from export._src import import_areal
-from export._src import import_nemo_rl
-from export._src import import_openrlhf
-from export._src import import_slime
-from export._src import import_verl
+from export.areal import importer as import_areal
+from export.nemo_rl import importer as import_nemo_rl
+from export.openrlhf import importer as import_openrlhf
+from export.slime import importer as import_slime
+from export.verl import importer as import_verl
 
 
 def is_candidate(framework: str, rel: str) -> bool:

@@ -4,22 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from export._src import import_areal
-from export._src import import_nemo_rl
-from export._src import import_openrlhf
-from export._src import import_slime
-from export._src import import_verl
 from export._src.importing import Imported
+from export._src.registry import RECORDS
 
-_READERS = {"verl": import_verl, "openrlhf": import_openrlhf, "nemo_rl": import_nemo_rl,
-            "slime": import_slime, "areal": import_areal}
-
-IMPORT_FRAMEWORKS = tuple(_READERS)
+IMPORT_FRAMEWORKS = tuple(RECORDS)
 
 
 def _module(framework: str):
   try:
-    return _READERS[framework]
+    return RECORDS[framework].importer
   except (KeyError, TypeError):
     raise ValueError(f"export.read_config: framework={framework!r} is not one of "
                      f"{IMPORT_FRAMEWORKS}") from None

@@ -171,7 +171,8 @@ class Expander:
             fields.append([])
           put(item, quoted)
         return
-      whole = isinstance(s, Unknown) and re.fullmatch(r"\$\{?\w+\}?", s)
+      # one unknown construct ($X, ${...}, $(...)) stays one word, whatever it holds
+      whole = isinstance(s, Unknown) and re.fullmatch(r"\$(\w+|\{.*\}|\(.*\))", s, re.S)
       if quoted or not split or whole:  # an unknown value stays one word
         fields[-1].append(s)
         has[0] = True

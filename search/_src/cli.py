@@ -47,15 +47,8 @@ RESPONSE_MEAN = flags.DEFINE_float("response_mean", None, "Mean response tokens 
 OUT = flags.DEFINE_string("out", None, "Write the plan (rlcost-plan: the best), its job and "
                           "estimate as JSON to this path.")
 
-FROM = {fw: flags.DEFINE_string(f"from_{fw}", None, help)
-        for fw, help in (("verl", "veRL run to start from: overrides (key=value per line), a "
-                          "launch script (.sh) or a YAML config."),
-                         ("openrlhf", "OpenRLHF run to start from: a file holding the "
-                          "train_ppo_ray command line."),
-                         ("nemo_rl", "NeMo-RL run to start from: its YAML config."),
-                         ("slime", "slime run to start from: a file holding the train.py / "
-                          "train_async.py command line."),
-                         ("areal", "AReaL run to start from: its YAML experiment config."))}
+FROM = {name: flags.DEFINE_string(f"from_{name}", None, r.from_help)
+        for name, r in export.RECORDS.items()}
 _OVERSAMPLE = flags.DEFINE_float(
     "oversample", None, "DAPO's generated / kept samples of an imported run (AReaL's config "
     "does not state it; NeMo-RL's and slime's do).")

@@ -8,11 +8,13 @@ import textwrap
 
 from absl import flags
 
+import export
+
 # Flags by purpose, in the order a user meets them; a project flag in no group
 # is listed under "Other" (so none is ever hidden).
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Start from a run you have",
-     ("plan", "from_verl", "from_openrlhf", "from_nemo_rl", "from_slime", "from_areal")),
+     ("plan", *(f"from_{name}" for name in export.FRAMEWORKS))),
     ("Job", ("model", "config_json", "algorithm", "prompts", "samples", "prompt_len",
              "response_mean", "response_max", "reward_model", "critic_model", "ppo_epochs",
              "mini_batches", "oversample")),

@@ -5,7 +5,6 @@ No flags here: the command lines (:mod:`search._src.cli`) and the HTML report us
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import costmodel as cm
@@ -13,34 +12,25 @@ import export
 
 
 def export_options(framework: str, plan: cm.Plan) -> dict[str, Any]:
-  """The options a command-line export uses: the training backend the actor's layout needs
-  (Megatron for TP/PP/EP or ZeRO <= 1, else FSDP, FSDP2 with the CPU optimizer), the trainer
-  its mode needs, and for OpenRLHF vLLM's own ``max_num_seqs`` (it has no flag for it)."""
-  a = plan.role("actor").train
-  megatron = (float(a.tp) * float(a.pp) * float(a.ep) > 1 or float(a.zero_stage) <= 1)
-  if framework == "verl":
-    split = plan.rollout_pool != plan.role("actor").pool
-    legacy = split and (plan.mode.staleness == 0 or not plan.mode.partial_rollout)
-    fsdp = "fsdp2" if float(a.offload) else "fsdp"  # FSDP2's offload_policy: the CPU optimizer
-    return {"strategy": "megatron" if megatron else fsdp, "version": "legacy" if legacy else "v1"}
-  if framework == "openrlhf":
-    return {"vllm_default_max_seqs": True}
-  if framework == "nemo_rl":
-    return {"backend": "megatron" if megatron else "dtensor"}
-  return {}
+  """The options a command-line export uses (the framework's record: its training backend,
+  trainer or engine defaults for ``plan``)."""
+  return export.record(framework).run_options(plan)
 
 
 def exports(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
-            frameworks=export.FRAMEWORKS) -> dict[str, tuple[str | None, str | None]]:
-  """``{framework: (text, None)}`` where it exports, ``(None, reason)`` where it refuses."""
+            frameworks=export.FRAMEWORKS) -> dict[str, tuple[str | None, str | None, list[str]]]:
+  """``{framework: (text, None, changes)}`` where it exports (``changes``: one line per
+  setting :func:`export.adapt` changed, with the framework code that forces it),
+  ``(None, reason, [])`` where it refuses."""
   out = {}
   for fw in frameworks:
     e = export.get(fw)
     opts = export_options(fw, plan)
     try:
-      out[fw] = (e.export(e.adapt(plan, **opts), job, cluster, **opts), None)
+      adapted, changes = export.adapt(fw, job, plan, cluster, **opts)
+      out[fw] = (e.export(adapted, job, cluster, **opts), None, changes)
     except ValueError as err:
-      out[fw] = (None, str(err))
+      out[fw] = (None, str(err), [])
   return out
 
 
@@ -56,42 +46,13 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
   return {prefix[:-1]: d}
 
 
-# veRL reads a micro-batch key only with its dynamic-batch switch off; with the
-# switch on, the token budget per GPU sets the micro-batch (budget / sequence
-# tokens, as export/_src/import_verl.py reads a run). (micro-batch key, its
-# switch, its token budget); an unset switch follows the actor's.
-_VERL_ACTOR_SWITCH = "actor_rollout_ref.actor.use_dynamic_bsz"
-_VERL_DYNAMIC = tuple(
-    (f"{pre}.{mb}", f"{pre}.{switch}", f"{pre}.{tokens}") for pre, mb, switch, tokens in (
-        ("actor_rollout_ref.actor", "ppo_micro_batch_size_per_gpu", "use_dynamic_bsz",
-         "ppo_max_token_len_per_gpu"),
-        ("actor_rollout_ref.rollout", "log_prob_micro_batch_size_per_gpu",
-         "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu"),
-        ("actor_rollout_ref.ref", "log_prob_micro_batch_size_per_gpu",
-         "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu"),
-        ("critic", "ppo_micro_batch_size_per_gpu", "use_dynamic_bsz",
-         "ppo_max_token_len_per_gpu")))
-
-
-def _on(value: Any) -> bool:
-  return str(value).strip().lower() in ("true", "1", "yes")
-
-
 def _as_run_keeps_them(framework: str, a: dict, b: dict, run: dict | None, job: cm.RLJob
                        ) -> None:
-  """``a`` and ``b`` (settings of the current and the new plan) in the keys the
-  run keeps: a micro-batch under veRL's dynamic batch becomes its token budget
-  (the run's, and the new micro-batch x the mean sequence)."""
-  if framework != "verl" or not run:
-    return
-  seq = float(job.prompt_len) + float(job.response.mean)
-  for mb, switch, tokens in _VERL_DYNAMIC:
-    if not _on(run.get(switch, run.get(_VERL_ACTOR_SWITCH))):
-      continue
-    old, new = a.pop(mb, None), b.pop(mb, None)
-    if new is not None and old != new:
-      a[tokens] = run.get(tokens, "(unset)")
-      b[tokens] = int(math.ceil(float(new) * seq))
+  """``a`` and ``b`` (settings of the current and the new plan) in the keys the run keeps
+  (the framework record's ``run_keeps``: veRL's dynamic batch keeps token budgets)."""
+  keeps = export.record(framework).run_keeps
+  if keeps is not None and run:
+    keeps(a, b, run, job)
 
 
 def settings_diff(framework: str, current: cm.Plan, new: cm.Plan, job: cm.RLJob,

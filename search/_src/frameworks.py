@@ -1,7 +1,8 @@
 """Framework-aware search spaces: the plans a framework can run.
 
 A :class:`Framework` restricts the layout space to what one framework's
-configuration can express, as its exporter (:mod:`export`) reads it:
+configuration can express, as its record states it (``export/<name>/record.py``,
+``SearchRules``) and its exporter (:mod:`export`) reads it:
 
 * the placement families it runs (which pools, which asynchronous modes);
 * its batch divisibility rules (optional sets of the rule table,
@@ -37,14 +38,6 @@ import costmodel as cm
 from costmodel import internal as cmi
 import export as export_lib
 from search._src import space as space_lib
-
-# Settings a role copies from the actor when a framework has one setting for both.
-_DEGREES = ("tp", "pp", "cp", "ep", "etp")
-
-
-def _tie(roles: tuple[str, ...], names: tuple[str, ...], source: str = "actor"
-         ) -> tuple[tuple[str, str], ...]:
-  return tuple((f"{r}.{n}", f"{source}.{n}") for r in roles for n in names)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,79 +106,12 @@ class Framework:
 
 
 _ALL = tuple(p.name for p in cm.placements())
-_NO_SELECTIVE = (("recompute", (0, 2)),)
-# Interleaved pipelines: veRL's and AReaL's Megatron backends write them
-# (virtual_pipeline_model_parallel_size, virtual_pipeline_parallel_size);
-# NeMo-RL's megatron_cfg and slime's launch scripts have no such setting.
-_NO_VPP = (("vpp", (1,)),)
-# DP-attention: SGLang's enable_dp_attention, which slime and AReaL write; veRL,
-# OpenRLHF and NeMo-RL set no such engine flag.
-_NO_DP_ATTENTION = (("engine_dp_attention", (0,)),)
-# Expert-tensor parallelism: Megatron's expert_tensor_parallel_size, which veRL's
-# and NeMo-RL's Megatron backends and slime write (export/_src/verl_workers.py,
-# nemo_rl.py, slime.py); AReaL's backend string has no such dimension
-# (alloc_mode.md @4aef98d: d, p, t, c, e), OpenRLHF's DeepSpeed no EP at all.
-_NO_ETP = (("etp", (0,)),)
-# FP8 rollout weights: no exporter here writes a quantised engine checkpoint (slime and
-# AReaL write SGLang's kv_cache_dtype only; export/_src/common.py kv_cache_dtype).
-_BF16_ROLLOUT = (("rollout_precision", ("bf16",)),)
 
-_REGISTRY = {f.name: f for f in (
-    Framework("any", _ALL, note="core rules and the framework-neutral batch rule"),
-    # veRL's default FSDP strategy; v1 trainer for colocated and fully
-    # asynchronous plans, the legacy recipes for the split synchronous and
-    # one-step-off plans (export/_src/verl.py).
-    Framework("verl", ("colocated", "split", "split_async", "split_async_partial"),
-              rule_sets=("zero3", "batch", "verl"), nodes="uniform",
-              options=(("max_tp", 1), ("max_pp", 1), ("max_ep", 1), ("zero_stages", (3,)))
-              + _NO_SELECTIVE + _NO_DP_ATTENTION + _BF16_ROLLOUT,
-              # FSDP2 for the CPU optimizer (fsdp_config.offload_policy)
-              export_options=tuple({**v, **s} for s in ({}, {"strategy": "fsdp2"}) for v in (
-                  {}, {"version": "legacy"},
-                  {"version": "legacy", "async_recipe": "one_step_off"})),
-              note="veRL FSDP: ZeRO-3 without TP/PP/EP, full or no checkpointing"),
-    # DeepSpeed: no pipeline, one --ds.* setting and one micro-batch for every
-    # model; vLLM engines without PP or EP and vLLM's own max_num_seqs.
-    # A critic on the actor's GPUs needs --train.colocate_all, which takes the
-    # engines along in a synchronous run: no synchronous split with a critic.
-    Framework("openrlhf", _ALL,
-              critic_families=("colocated", "split_async", "split_async_partial", "split3"),
-              rule_sets=("zero3", "batch", "openrlhf"), nodes="uniform",
-              options=(("max_pp", 1), ("max_ep", 1), ("engine_max_pp", 1), ("engine_ep", (0,)),
-                       ("max_seqs", (256,))) + _NO_SELECTIVE + _NO_DP_ATTENTION + _NO_ETP
-              + _BF16_ROLLOUT,
-              ties=_tie(("critic",), _DEGREES + ("zero", "recompute", "offload", "mb_train",
-                                                  "mb_infer"))
-              + _tie(("reward",), _DEGREES + ("mb_infer",)),
-              export_options=({"vllm_default_max_seqs": True},),
-              note="OpenRLHF: DeepSpeed without PP, one --ds.* setting for every model, vLLM's "
-              "default max_num_seqs (256)"),
-    # Policy workers hold the actor, reference and critic; DTensor or Megatron.
-    Framework("nemo_rl", ("colocated", "split", "split_async", "split_async_partial"),
-              rule_sets=("zero3", "batch", "nemo_rl"), nodes="whole",
-              options=_NO_SELECTIVE + _NO_VPP + _NO_DP_ATTENTION + _BF16_ROLLOUT,
-              ties=(("critic.mb_infer", "critic.mb_train"), ("critic.zero", "actor.zero")),
-              note="NeMo-RL: whole nodes per role on several nodes, one value micro-batch"),
-    # Megatron (ZeRO-1 distributed optimizer), SGLang engines without PP; every
-    # model gets the actor's Megatron flags and micro-batch.
-    Framework("slime", ("colocated", "split", "split_async"),
-              rule_sets=("zero3", "batch", "slime"), nodes="uniform",
-              options=(("zero_stages", (1,)), ("engine_max_pp", 1)) + _NO_VPP + _BF16_ROLLOUT,
-              ties=(("actor.mb_infer", "actor.mb_train"),)
-              + _tie(("critic",), _DEGREES) + (("critic.mb_train", "actor.mb_train"),
-                                               ("critic.mb_infer", "actor.mb_train")),
-              note="slime: Megatron flags shared by every model, SGLang without PP"),
-    # The critic's inference reuses the actor's workers; staleness with
-    # interruptible rollouts.
-    # Its megatron backend has no CPU optimizer (only the fsdp backend's offload_params).
-    Framework("areal", ("split", "split_async_partial"),
-              rule_sets=("zero3", "batch", "areal"), nodes="uniform",
-              options=_NO_SELECTIVE + (("offload", (0,)),) + _NO_ETP + _BF16_ROLLOUT,
-              ties=_tie(("critic",), ("tp", "pp", "vpp")) + (("actor.mb_infer", "actor.mb_train"),
-                                                      ("critic.mb_infer", "critic.mb_train")),
-              note="AReaL: separate rollout pool, partial rollouts when asynchronous, one "
-              "mb_spec per engine"),
-)}
+# "any", then each framework's own rules, as its record states them (export/<name>/record.py).
+_REGISTRY = {"any": Framework("any", _ALL,
+                              note="core rules and the framework-neutral batch rule"),
+             **{name: Framework(name, **dataclasses.asdict(r.search))
+                for name, r in export_lib.RECORDS.items()}}
 
 NAMES = tuple(_REGISTRY)
 

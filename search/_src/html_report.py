@@ -98,9 +98,12 @@ def render(job: cm.RLJob, cluster: cm.Cluster, plan: cm.Plan, estimate: cm.Estim
               _table(rows, ("rule", "step (s)", "this plan is faster by", "plan")),
               f'<img alt="rules of thumb" src="{png_data_uri(figs["rules of thumb"])}">']
   parts.append("<h2>settings per framework</h2>")
-  for fw, (text, reason) in framework_settings.exports(plan, job, cluster).items():
+  for fw, (text, reason, changes) in framework_settings.exports(plan, job, cluster).items():
     e = export.get(fw)
     parts.append(f"<h3>{html.escape(e.framework)} <small>({html.escape(e.version)})</small></h3>")
+    if changes:  # what the framework forces on this plan, and the code that forces it
+      parts.append(f"<p>{html.escape(e.framework)} adapts the plan:</p><ul>" + "".join(
+          f"<li>{html.escape(c)}</li>" for c in changes) + "</ul>")
     parts.append(f"<pre>{html.escape(text)}</pre>" if text is not None else
                  f'<p class="refused">cannot run this plan: {html.escape(reason)}</p>')
   style = ("body{font-family:sans-serif;max-width:70em;margin:auto}pre{background:#f4f4f4;"

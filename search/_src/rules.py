@@ -20,7 +20,8 @@ fits. The engine's tensor parallelism starts at the rule's value and doubles
   ``openrlhf/cli/train_ppo_ray.py`` at the exporter's pin).
 * ``areal``: AReaL's asynchronous recipe with 3/4 of the GPUs generating
   (allocation ``sglang.d48 + d16`` style), staleness 1 and interruptible
-  (partial) rollouts.
+  (partial) rollouts, its engines at ``export.ENGINE_DEFAULTS["areal"]`` (SGLang's
+  ``mem_fraction_static = 0.9`` in AReaL's config at the exporter's pin).
 * ``kv_fit``: the fewest GPUs whose engines' KV cache holds the whole batch at
   once generate; the rest train (synchronous).
 
@@ -47,7 +48,6 @@ from search._src import space as space_lib
 from search._src.result import SearchResult
 
 _MICRO_BATCHES = (8, 4, 2, 1)
-_MAX_SEQS = 1024.0
 
 
 def _degree_ladder(fs: space_lib.FamilySpace, role: str) -> list[dict]:
@@ -255,7 +255,7 @@ def areal_split(job: cm.RLJob, cluster: cm.Cluster,
   return _split_rule("areal", "3/4 of GPUs generate, asynchronous (staleness 1, partial "
                      "rollouts)", "split_async_partial", job, cluster, framework,
                      lambda place: {place.rollout_pool: 0.75, place.pool_of("actor"): 0.25},
-                     export.EngineDefaults(tp=1.0, memory_fraction=0.9, max_seqs=_MAX_SEQS),
+                     export.ENGINE_DEFAULTS["areal"],
                      efficiency)
 
 

@@ -170,10 +170,13 @@ def _batch_rule(name: str, set_name: str, source: str, per_gpus: bool,
   return Rule(name, "layout", set_name, measure, message, source)
 
 
-_VERL = "veRL: verl/workers/fsdp_workers.py @b38119fa, ppo_mini_batch_size over dp ranks"
+_VERL = ("veRL: verl/workers/engine_workers.py @1dda039 (mini_batch_size // the data-parallel "
+         "size), ppo_mini_batch_size over dp ranks")
 _VERL_STEP = "veRL: verl/trainer/ppo/ray_trainer.py, train batch x rollout.n over trainer GPUs"
-_OPENRLHF = "OpenRLHF: openrlhf/utils/deepspeed/deepspeed.py @39dfc6df, train_batch_size"
-_NEMO_RL = "NeMo-RL: nemo_rl/models/policy/lm_policy.py @007c9ca8, train_global_batch_size"
+_OPENRLHF = ("OpenRLHF: openrlhf/utils/deepspeed/deepspeed.py @3c3be62 (accumulated_gradient), "
+             "train_batch_size")
+_NEMO_RL = ("NeMo-RL: nemo_rl/models/policy/lm_policy.py @7ea279a (train shards the "
+            "batch over the data-parallel size), train_global_batch_size")
 _SLIME = ("slime: THUDM/slime@624b824 trains with Megatron-LM, whose global batch must divide "
           "over micro_batch x data-parallel ranks (--global-batch-size, --micro-batch-size)")
 _AREAL = ("AReaL: inclusionAI/AReaL@4aef98d, a mini-batch (ppo_n_minibatches) splits over the "

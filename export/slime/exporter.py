@@ -11,7 +11,6 @@ import math
 import shlex
 
 import costmodel as cm
-from export._src import defaults
 from export._src import speculative_keys
 from export._src.base import Exporter
 from export._src.common import Scalar
@@ -26,8 +25,9 @@ from export._src.refusals import refuse_degrees
 from export._src.refusals import refuse_reward_model_and_epochs
 from export._src.refusals import same_degrees
 from export._src.refusals import training_fp8
+from export.slime import record
 
-VERSION = defaults.PINS["slime"]
+VERSION = record.PIN
 
 _FW = "slime"
 _ESTIMATOR = {"ppo": "ppo", "grpo": "grpo", "dapo": "grpo", "reinforce_pp": "reinforce_plus_plus"}
@@ -224,7 +224,8 @@ def as_run(plan: cm.Plan, **_) -> cm.Plan:
                       "ipc" if shares_rollout(plan) else "bucketed")
 
 
-EXPORTER = Exporter(name="slime", framework="slime", version=VERSION, to_config=to_slime,
+EXPORTER = Exporter(name=record.NAME, framework=record.FRAMEWORK, version=VERSION,
+                    to_config=to_slime,
                     render_settings=slime_command, kind="command", adapt=as_run,
                     forces={
                         "engine.sync_backend": "CUDA IPC buckets with --colocate, NCCL "

@@ -28,11 +28,11 @@ from typing import Any
 import costmodel as cm
 from export._src import fp8_recipes
 from export._src import importing
-from export._src import megatron_model
 from export._src import shell
 from export._src import speculative_keys
 from export._src.importing import choice
 from export._src.importing import number
+from export.slime import megatron_model
 
 FW = "slime"
 _ALGORITHM = {"grpo": "grpo", "ppo": "ppo", "reinforce_plus_plus": "reinforce_pp"}

@@ -28,13 +28,13 @@ from typing import Any
 import yaml
 
 import costmodel as cm
-from export._src import defaults
 from export._src import engine_kinds
 from export._src import importing
 from export._src import shell
 from export._src.importing import choice
 from export._src.importing import flag
 from export._src.importing import number
+from export.verl import record
 
 FW = "veRL"
 _ALGORITHM = {"gae": "ppo", "grpo": "grpo", "reinforce_plus_plus": "reinforce_pp",
@@ -46,7 +46,7 @@ _ALIKE = {"reinforce_plus_plus_baseline": "reinforce_pp", "rloo_vectorized": "rl
                                  "optimal_token_baseline", "tir_optimal_token_baseline")}}
 _RECOMPUTE = {None: 0, "selective": 1, "full": 2}
 # Defaults of _generated_ppo_trainer.yaml at 1dda039 for the keys read here.
-_E = defaults.ENGINE_DEFAULTS["verl"]
+_E = record.ENGINE_DEFAULTS
 _ROLLOUT_DEFAULTS = {"tensor_model_parallel_size": _E.tp, "pipeline_model_parallel_size": 1,
                      "expert_parallel_size": 1, "gpu_memory_utilization": _E.memory_fraction,
                      "max_num_seqs": _E.max_seqs, "enable_prefix_caching": True}
@@ -151,16 +151,18 @@ def _fsdp(o: dict, pre: str, fsdp: str, model: str, train: bool, base: cm.Parall
   has no layout in the cost model (ZeRO-3 shards over data-parallel ranks only)."""
   if engine == "veomni":
     fsdp = re.sub(r"\.fsdp(_config)?$", ".veomni", fsdp)
-    shard, ulysses, experts, policy = (f"{fsdp}.fsdp_size", f"{fsdp}.ulysses_parallel_size",
-                                       f"{fsdp}.expert_parallel_size", f"{fsdp}.enable_fsdp_offload")
+    shard, ulysses, experts, policy = (
+        f"{fsdp}.fsdp_size", f"{fsdp}.ulysses_parallel_size", f"{fsdp}.expert_parallel_size",
+        f"{fsdp}.enable_fsdp_offload")
   elif engine == "fsdp_turbo":
     d = f"{fsdp}.turbo_config.distributed"
     shard, ulysses, experts, policy = (f"{d}.fully_shard_parallel_size",
                                        f"{d}.ulysses_parallel_size",
                                        f"{d}.expert_parallel_size", f"{fsdp}.offload_policy")
   else:
-    shard, ulysses, experts, policy = (f"{fsdp}.fsdp_size", f"{fsdp}.ulysses_sequence_parallel_size",
-                                       None, f"{fsdp}.offload_policy")
+    shard, ulysses, experts, policy = (
+        f"{fsdp}.fsdp_size", f"{fsdp}.ulysses_sequence_parallel_size", None,
+        f"{fsdp}.offload_policy")
   if experts is not None and number(o, experts, FW, 1) > 1:
     raise ValueError(f"{FW}: {experts}={o[experts]}: expert parallelism inside an FSDP engine "
                      f"({engine}) has no layout in the cost model (ZeRO-3 shards over "

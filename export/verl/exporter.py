@@ -3,7 +3,7 @@
 Keys of verl-project/verl@1dda039: ``python3 -m verl.trainer.main_ppo`` (the v1
 trainer, or with ``trainer.use_v1=False`` the hybrid-engine trainer), or the
 experimental ``fully_async_policy`` and ``one_step_off_policy`` recipes; FSDP
-or Megatron training, vLLM rollout. Worker keys live in :mod:`verl_workers`.
+or Megatron training, vLLM rollout. Worker keys live in :mod:`export.verl.workers`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import math
 import shlex
 
 import costmodel as cm
-from export._src import defaults
 from export._src.base import Exporter
 from export._src.common import Concrete
 from export._src.common import Scalar
@@ -22,11 +21,12 @@ from export._src.common import shares_rollout
 from export._src.common import with_layouts
 from export._src.nodes import node_layouts
 from export._src.refusals import check_sync
-from export._src.verl_workers import actor_keys
-from export._src.verl_workers import critic_keys
-from export._src.verl_workers import reward_keys
+from export.verl import record
+from export.verl.workers import actor_keys
+from export.verl.workers import critic_keys
+from export.verl.workers import reward_keys
 
-VERSION = defaults.PINS["verl"]
+VERSION = record.PIN
 
 _ESTIMATOR = {"ppo": "gae", "grpo": "grpo", "dapo": "grpo",
               "reinforce_pp": "reinforce_plus_plus", "rloo": "rloo", "remax": "remax"}
@@ -301,7 +301,8 @@ def as_run(plan: cm.Plan, strategy: str = "fsdp", **_) -> cm.Plan:
   return with_layouts(plan, ref, "per_tensor" if shares_rollout(plan) else "bucketed")
 
 
-EXPORTER = Exporter(name="verl", framework="veRL", version=VERSION, to_config=to_verl,
+EXPORTER = Exporter(name=record.NAME, framework=record.FRAMEWORK, version=VERSION,
+                    to_config=to_verl,
                     render_settings=verl_command, kind="command", adapt=as_run,
                     forces={
                         "engine.sync_backend": "verl/checkpoint_engine/base.py: naive in-place "

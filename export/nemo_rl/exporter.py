@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import costmodel as cm
-from export._src import defaults
 from export._src import speculative_keys
 from export._src.base import Exporter
 from export._src.base import to_yaml
@@ -26,8 +25,9 @@ from export._src.refusals import refuse_degrees
 from export._src.refusals import refuse_remax
 from export._src.refusals import same_degrees
 from export._src.refusals import training_fp8
+from export.nemo_rl import record
 
-VERSION = defaults.PINS["nemo_rl"]
+VERSION = record.PIN
 
 _FW = "NeMo-RL"
 
@@ -343,7 +343,8 @@ def as_run(plan: cm.Plan, **_) -> cm.Plan:
   return with_layouts(plan, {"actor": {"swap": float(moved)}, "critic": {"swap": 0.0}}, sync)
 
 
-EXPORTER = Exporter(name="nemo_rl", framework="NeMo-RL", version=VERSION, to_config=to_nemo_rl,
+EXPORTER = Exporter(name=record.NAME, framework=record.FRAMEWORK, version=VERSION,
+                    to_config=to_nemo_rl,
                     render_settings=to_yaml, kind="yaml", adapt=as_run,
                     forces={
                         "engine.sync_backend": "policy.generation.refit_transport: CUDA IPC "
@@ -353,3 +354,11 @@ EXPORTER = Exporter(name="nemo_rl", framework="NeMo-RL", version=VERSION, to_con
                         "model; no setting",
                         "critic.swap": "ppo.py moves only the policy to the host; the value "
                         "model stays on its GPUs"})
+
+
+def run_options(plan: cm.Plan) -> dict[str, str]:
+  """The policy backend a command-line export uses: Megatron for TP/PP/EP or ZeRO <= 1, else
+  DTensor (FSDP2)."""
+  a = plan.role("actor").train
+  megatron = float(a.tp) * float(a.pp) * float(a.ep) > 1 or float(a.zero_stage) <= 1
+  return {"backend": "megatron" if megatron else "dtensor"}

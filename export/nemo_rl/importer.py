@@ -30,10 +30,10 @@ import costmodel as cm
 from export._src import compose
 from export._src import fp8_recipes
 from export._src import importing
-from export._src import nemo_rl_engines
 from export._src import speculative_keys
 from export._src.importing import flag
 from export._src.importing import number
+from export.nemo_rl import engines as nemo_rl_engines
 
 FW = "NeMo-RL"
 UNEXPRESSED = {"reference.infer": ("zero_stage", "recompute", "offload", "swap"),

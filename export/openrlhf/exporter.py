@@ -10,7 +10,6 @@ import math
 import shlex
 
 import costmodel as cm
-from export._src import defaults
 from export._src.base import Exporter
 from export._src.common import Concrete
 from export._src.common import Scalar
@@ -22,11 +21,12 @@ from export._src.refusals import check_recompute
 from export._src.refusals import check_sync
 from export._src.refusals import refuse_degrees
 from export._src.refusals import same_degrees
+from export.openrlhf import record
 
 _OPENRLHF_ESTIMATOR = {"ppo": "gae", "grpo": "group_norm", "dapo": "group_norm",
                        "reinforce_pp": "reinforce", "rloo": "rloo"}
 
-VERSION = defaults.PINS["openrlhf"]
+VERSION = record.PIN
 
 
 def _openrlhf_roles(c: Concrete) -> tuple[dict[str, bool], dict[str, str]]:
@@ -266,7 +266,7 @@ def as_run(plan: cm.Plan, **_) -> cm.Plan:
   return with_layouts(plan, {}, "ipc" if shared else "per_tensor")
 
 
-EXPORTER = Exporter(name="openrlhf", framework="OpenRLHF", version=VERSION,
+EXPORTER = Exporter(name=record.NAME, framework=record.FRAMEWORK, version=VERSION,
                     to_config=to_openrlhf, render_settings=openrlhf_command, kind="command",
                     adapt=as_run,
                     forces={

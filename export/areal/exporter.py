@@ -12,7 +12,6 @@ import math
 from typing import Any
 
 import costmodel as cm
-from export._src import defaults
 from export._src.base import Exporter
 from export._src.base import to_yaml
 from export._src.common import Layout
@@ -26,8 +25,9 @@ from export._src.refusals import refuse_degrees
 from export._src.refusals import refuse_remax
 from export._src.refusals import refuse_reward_model_and_epochs
 from export._src.refusals import same_degrees
+from export.areal import record
 
-VERSION = defaults.PINS["areal"]
+VERSION = record.PIN
 
 _FW = "AReaL"
 
@@ -248,7 +248,8 @@ def as_run(plan: cm.Plan, **_) -> cm.Plan:
   return with_layouts(plan, ref, "bucketed")
 
 
-EXPORTER = Exporter(name="areal", framework="AReaL", version=VERSION, to_config=to_areal,
+EXPORTER = Exporter(name=record.NAME, framework=record.FRAMEWORK, version=VERSION,
+                    to_config=to_areal,
                     render_settings=to_yaml, kind="yaml", adapt=as_run,
                     forces={
                         "engine.sync_backend": "weight_update_mode xccl, NCCL buckets",
