@@ -32,7 +32,6 @@ import time
 import numpy as np
 
 
-
 def _compared() -> tuple[str, ...]:
   """The registered methods compared with the gradient search at equal wall
   time: every one that returns plans but enumeration (the bounds phase's)."""
@@ -74,6 +73,7 @@ def _baseline(method: str, j, cluster, fams, budget_s: float, seed: int,
   """The best step time of ``method`` in ``budget_s`` over the families (in
   turn); ``tables`` to the methods that take it."""
   import inspect  # pylint: disable=g-import-not-at-top
+
   import search  # pylint: disable=g-import-not-at-top
   takes = "tables" in inspect.signature(search.METHODS[method]).parameters
   m = search.method(method, **({"tables": tables} if takes and tables is not None else {}))

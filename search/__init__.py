@@ -2,8 +2,6 @@
 gradient search (relaxation, optax optimisation, rounding), baselines."""
 
 from search._src.bound import FamilyBound
-from search._src.bound import lower_bound
-from search._src.cut_dp import cut_dp
 from search._src.frameworks import Framework
 from search._src.frameworks import accepting as accepting_frameworks
 from search._src.frameworks import get as framework
@@ -12,7 +10,9 @@ from search._src.methods.base import Method
 from search._src.methods.base import Outcome
 from search._src.methods.base import Problem
 from search._src.methods.base import Scorer
+from search._src.methods.calls import cut_dp
 from search._src.methods.calls import enumerate_plans
+from search._src.methods.calls import lower_bound
 from search._src.methods.calls import random_search
 from search._src.methods.calls import simulated_annealing
 from search._src.methods.registry import METHODS

@@ -143,8 +143,8 @@ def test_refuses_fused_inference():
   fs = SimpleNamespace(family="split", structure=SimpleNamespace(
       placement=SimpleNamespace(mode=cm.Mode(fuse_inference=True))))
   with pytest.raises(ValueError, match="family='split' fuses inference"):
-    bound._check_mode(fs)
-  bound._check_mode(SimpleNamespace(family="split", structure=SimpleNamespace(
+    bound.check_mode(fs)
+  bound.check_mode(SimpleNamespace(family="split", structure=SimpleNamespace(
       placement=SimpleNamespace(mode=cm.Mode()))))  # the search's modes pass
 
 

@@ -29,19 +29,18 @@ to the heaviest layouts of the other leaves on a sample of pool sizes (the
 bound's own and some spread over the rest), and their durations must not move
 (nor the memory of a leaf alone on its pool); a family where they do is
 refused.
+
+The bound runs as a search method (:mod:`search._src.methods.bound`,
+``search.run("bound", ...)``); here are its pieces.
 """
 
 from __future__ import annotations
 
-import time
 from typing import NamedTuple
 
 import numpy as np
 
-import costmodel as cm
 from search._src import cut_tree
-from search._src import evaluate
-from search._src import kept_spaces
 from search._src import space as space_lib
 
 # Pool sizes per leaf whose rows are scored again next to heavy neighbours.
@@ -74,7 +73,7 @@ class FamilyBound(NamedTuple):
   empty: str | None = None
 
 
-def _check_mode(fs: space_lib.FamilySpace) -> None:
+def check_mode(fs: space_lib.FamilySpace) -> None:
   """Refuses fused inference (its stages' durations shrink with the engine's
   decode tail)."""
   if fs.structure.placement.mode.fuse_inference:
@@ -120,43 +119,19 @@ def _check_keys(run: cut_tree.CutFamily, p: int, n: int) -> list[tuple[int, tupl
   return out
 
 
-def lower_bound(job: cm.RLJob, cluster: cm.Cluster, family: str,
-                space: space_lib.SpaceOptions | None = None, framework: str = "any",
-                efficiency: cm.Efficiency | None = None,
-                chunk: int = evaluate.DEFAULT_CHUNK) -> FamilyBound:
-  """A step time no valid plan of ``family`` beats (see the module docstring).
-
-  With :func:`search.enumerate_plans` on an enumerable family and this bound
-  on the others, a plan can be shown optimal over a whole job's space.
-
-  Args:
-    job: The RL job.
-    cluster: The cluster.
-    family: The placement family.
-    space: Discrete options (defaults if None).
-    framework: ``any`` or a framework: the space :func:`search.optimize`
-      searches for it.
-    efficiency: Efficiency parameters (defaults if None).
-    chunk: Rows per compiled evaluation call.
+def family_bound(run: cut_tree.CutFamily) -> FamilyBound:
+  """The bound of one family whose every leaf layout ``run`` has scored
+  (:func:`search._src.cut_tree.score_leaves` with ``keep=1``): the least leaf
+  times combined per pool combination and minimised, its premise checked
+  (``wall_time_s`` 0: the caller's clock).
 
   Raises:
-    ValueError: for an unknown family or one the framework does not run, one
-      whose mode fuses inference, or one
-      whose leaves' stage times (or a lone leaf's memory) depend on other
-      leaves' layouts.
+    ValueError: for a leaf layout whose stage time is NaN, or leaves whose
+      stage times (or a lone leaf's memory) depend on other leaves' layouts.
   """
-  t0 = time.perf_counter()
-  why = kept_spaces.why_empty(job, cluster, family, space, framework)
-  if why is not None:  # no valid plan: nothing beats inf, and the bound says why
-    return FamilyBound(family, np.inf, {}, (), 0, time.perf_counter() - t0, empty=why)
-  _, fs, blocks = kept_spaces.valid_space(job, cluster, family, space, framework)
-  _check_mode(fs)
-  eff = efficiency if efficiency is not None else cm.Efficiency()
-  run = cut_tree.CutFamily(fs, eff, chunk, keep=1, blocks=blocks)
+  family = run.fs.family
   on_pool = [run.pool_of_leaf(name) for name, *_ in run.leaves]
   alone = {k for k, pool in enumerate(on_pool) if on_pool.count(pool) == 1}
-  work = [(lvl, 0, k, key) for lvl, k, key in run.items()]
-  cut_tree.score_leaves([run], work, chunk)
   rows = run.ev.count
   if any(np.isnan(v).any() for v in run.low.values()):
     raise ValueError(f"lower_bound: family={family!r} has a leaf layout whose stage time "
@@ -169,7 +144,7 @@ def lower_bound(job: cm.RLJob, cluster: cm.Cluster, family: str,
     raise ValueError(f"lower_bound: family={family!r}: a leaf's {what} changes by "
                      f"{max(dt, dx):.2%} with the other leaves' layouts, so the per-leaf "
                      "bound does not hold")
-  pools = {n: int(g) for n, g in zip(run.pool_names, blocks.pools[p], strict=True)}
+  pools = {n: int(g) for n, g in zip(run.pool_names, run.blocks.pools[p], strict=True)}
   return FamilyBound(family=family, bound_s=float(total[p]), pools=pools,
                      fits_pools=tuple(sorted({on_pool[k] for k in alone})),
-                     rows=rows + checked, wall_time_s=time.perf_counter() - t0)
+                     rows=rows + checked, wall_time_s=0.0)

@@ -27,7 +27,6 @@ The cut tree of each family:
 from __future__ import annotations
 
 import itertools
-import time
 
 import numpy as np
 
@@ -176,24 +175,40 @@ class CutFamily:
     return np.asarray(out)
 
 
-def score_leaves(runs, work, chunk: int, budget_s=None, t0: float = 0.0,
-                  coarsest: int = 0) -> None:
+def score_leaves(runs, work, chunk: int) -> None:
   """Scores the leaves of ``work`` ((level, run, leaf, key), coarse first), one
-  run's rows at a time in batches of about ``chunk`` rows; past ``budget_s``
-  seconds since ``t0`` it stops once the levels finer than ``coarsest`` begin."""
+  batch at a time (:func:`score_batch`)."""
+  pos = 0
+  while pos < len(work):
+    pos = score_batch(runs, work, pos, chunk)
+
+
+def score_batch(runs, work, pos: int, chunk: int) -> int:
+  """Scores one batch of the leaves of ``work`` from ``pos`` on: about
+  ``chunk`` rows of one run (a batch ends where the next item is another
+  run's); returns where the next batch starts."""
   pending, rows_in = [], 0
-  for i, (lvl, r, k, key) in enumerate(work):
+  r = work[pos][1]
+  while pos < len(work) and work[pos][1] == r:
+    _, _, k, key = work[pos]
     pending.append((r, k, key, runs[r].leaf_rows(k, key)))
     rows_in += len(pending[-1][3])
-    last = i + 1 == len(work) or work[i + 1][1] != r
-    if rows_in >= chunk or last:
-      flush(runs[r], pending)
-      pending, rows_in = [], 0
-      spent = time.perf_counter() - t0
-      if budget_s is not None and spent >= budget_s and lvl < coarsest:
-        break
-  if pending:
-    flush(runs[pending[0][0]], pending)
+    pos += 1
+    if rows_in >= chunk:
+      break
+  flush(runs[r], pending)
+  return pos
+
+
+def best_candidates(run: CutFamily, keep: int, combos: int) -> np.ndarray:
+  """The DP's candidates of one family: the products of each leaf's ``keep``
+  best layouts on its ``combos`` best pool combinations, valid rows only
+  ([N, V]; empty when no complete combination is scored)."""
+  cand = [run.candidates(p, keep) for p in run.combine(combos)]
+  if not cand:
+    return np.zeros((0, len(run.fs.vars)))
+  values = np.concatenate(cand, 0)
+  return values[run.fs.valid(values)]
 
 
 def flush(run: CutFamily, pending: list) -> None:

@@ -1,1 +1,2 @@
-"""Search methods: one contract (:mod:`.base`), a registry and one entry point (:func:`.run.run`)."""
+"""Search methods: one contract (:mod:`.base`), a registry and one entry point
+(:func:`.run.run`)."""

@@ -19,8 +19,10 @@ with one line in :mod:`search._src.methods.registry`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import math
-from typing import Any, Callable, NamedTuple
+from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 

@@ -3,10 +3,20 @@
 
 from __future__ import annotations
 
+import math
+import time
+
+import numpy as np
+
 import costmodel as cm
+from search._src import bound as bound_lib
+from search._src import evaluate
+from search._src import frameworks as fw_lib
 from search._src import kept_spaces
 from search._src import space as space_lib
 from search._src.methods import annealing as annealing_lib
+from search._src.methods import bound as bound_method
+from search._src.methods import cut_dp as cut_dp_method
 from search._src.methods import enumeration as enumeration_lib
 from search._src.methods import random_search as random_lib
 from search._src.methods import run as run_lib
@@ -118,3 +128,102 @@ def enumerate_plans(job: cm.RLJob, cluster: cm.Cluster, family: str,
   return run_lib.run(method, job, cluster, families=(family,), framework=framework,
                      top_k=top_k, space=space, efficiency=efficiency, max_staleness=1,
                      partial_rollout=True)
+
+
+def cut_dp(job: cm.RLJob, cluster: cm.Cluster, budget_s: float | None = None,
+           families=None, space: space_lib.SpaceOptions | None = None,
+           framework: str = "any", max_staleness: int = 0, partial_rollout: bool = False,
+           keep: int = 2, combos: int = 8, top_k: int = 5,
+           efficiency: cm.Efficiency | None = None,
+           chunk: int = evaluate.DEFAULT_CHUNK) -> SearchResult:
+  """Plans ``job`` on ``cluster`` with the dynamic program over stage cuts:
+  ``search.run("cut_dp", ...)`` (:mod:`search._src.methods.cut_dp`,
+  :mod:`search._src.cut_dp`). Deterministic: the same arguments give the same
+  plan.
+
+  Args:
+    job: The RL job.
+    cluster: The cluster.
+    budget_s: Wall-time budget, set-up included (None: every split). Leaf
+      evaluations stop once it is spent (after the coarsest level of pool
+      sizes, which always runs); the exact scoring of the final candidates
+      follows.
+    families: Families (cut trees) to plan over; default: every one that
+      ``framework`` runs in the allowed modes.
+    space: The discrete options of each variable (defaults if None).
+    framework: ``any`` or a framework (see :func:`search.optimize`).
+    max_staleness: Largest staleness allowed (0: on-policy).
+    partial_rollout: Whether partial rollouts may be used.
+    keep: Best layouts each leaf keeps per pool size (the final candidates
+      are the products of these).
+    combos: Best pool combinations per family scored exactly.
+    top_k: Plans returned.
+    efficiency: Efficiency parameters (defaults if None).
+    chunk: Rows per compiled evaluation call.
+
+  Returns:
+    A :class:`SearchResult` (``method="cut_dp"``) over the families, its
+    plans scored by the exact evaluator.
+
+  Raises:
+    ValueError: for a bad ``budget_s``, ``keep``, ``combos`` or ``top_k``,
+      an unknown family or one outside the framework and modes.
+  """
+  if budget_s is not None and (not isinstance(budget_s, (int, float)) or isinstance(
+      budget_s, bool) or not budget_s > 0 or math.isnan(budget_s)):
+    raise ValueError(f"cut_dp: budget_s={budget_s!r} must be None or a number > 0")
+  method = cut_dp_method.cut_dp(keep=keep, combos=combos, chunk=chunk)
+  allowed = fw_lib.families_for(job, framework, max_staleness, partial_rollout)
+  fams = tuple(families) if families is not None else allowed
+  if not fams:
+    raise ValueError(f"cut_dp: families={fams!r} is empty")
+  for f in fams:
+    if f not in allowed:
+      raise ValueError(f"cut_dp: family={f!r} is not a placement of {framework=} with "
+                       f"{max_staleness=}, {partial_rollout=} (allowed: {allowed})")
+  return run_lib.run(method, job, cluster, families=fams, framework=framework,
+                     budget_s=budget_s, top_k=top_k, space=space, efficiency=efficiency,
+                     max_staleness=max_staleness, partial_rollout=partial_rollout)
+
+
+def lower_bound(job: cm.RLJob, cluster: cm.Cluster, family: str,
+                space: space_lib.SpaceOptions | None = None, framework: str = "any",
+                efficiency: cm.Efficiency | None = None,
+                chunk: int = evaluate.DEFAULT_CHUNK) -> bound_lib.FamilyBound:
+  """A step time no valid plan of ``family`` beats: ``search.run("bound", ...)``
+  (:mod:`search._src.methods.bound`, :mod:`search._src.bound`).
+
+  With :func:`search.enumerate_plans` on an enumerable family and this bound
+  on the others, a plan can be shown optimal over a whole job's space.
+
+  Args:
+    job: The RL job.
+    cluster: The cluster.
+    family: The placement family.
+    space: Discrete options (defaults if None).
+    framework: ``any`` or a framework: the space :func:`search.optimize`
+      searches for it.
+    efficiency: Efficiency parameters (defaults if None).
+    chunk: Rows per compiled evaluation call.
+
+  Returns:
+    The family's :class:`~search._src.bound.FamilyBound` (``bound_s`` inf and
+    ``empty`` saying why when the family holds no plan).
+
+  Raises:
+    ValueError: for an unknown family or one the framework does not run, one
+      whose mode fuses inference, or one
+      whose leaves' stage times (or a lone leaf's memory) depend on other
+      leaves' layouts.
+  """
+  t0 = time.perf_counter()
+  method = bound_method.bound(chunk=chunk)
+  why = kept_spaces.why_empty(job, cluster, family, space, framework)
+  if why is not None:  # no valid plan: nothing beats inf, and the bound says why
+    return bound_lib.FamilyBound(family, np.inf, {}, (), 0, time.perf_counter() - t0,
+                                 empty=why)
+  res = run_lib.run(method, job, cluster, families=(family,), framework=framework, space=space,
+                    efficiency=efficiency, max_staleness=1, partial_rollout=True)
+  if family not in res.bounds:
+    raise ValueError(res.skipped[family])
+  return res.bounds[family]._replace(wall_time_s=time.perf_counter() - t0)

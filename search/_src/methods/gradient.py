@@ -128,7 +128,7 @@ def init(problem: base.Problem, seed: int, options: Options) -> State:
            for fam in problem.families
            for prec in fw.rollout_precisions(problem.options, problem.cluster)]
   spaces = tuple(fs for _, fs in pairs)
-  return State(problem=problem, options=options, seed=seed, labels=tuple(l for l, _ in pairs),
+  return State(problem=problem, options=options, seed=seed, labels=tuple(lab for lab, _ in pairs),
                spaces=spaces, relaxed=relaxes(options.relaxed, spaces, options.dp_seeds),
                seconds=(0.0,) * len(spaces),
                bar=progress_lib.Bar(len(spaces), enabled=problem.progress))

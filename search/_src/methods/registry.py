@@ -10,10 +10,11 @@ import collections.abc
 
 from search._src.methods import annealing
 from search._src.methods import base
+from search._src.methods import bound
+from search._src.methods import cut_dp
 from search._src.methods import enumeration
 from search._src.methods import gradient
 from search._src.methods import random_search
-
 
 
 class Registry(collections.abc.Mapping):
@@ -42,6 +43,8 @@ METHODS = Registry({
     "random": random_search.random_search,
     "annealing": annealing.annealing,
     "enumerate": enumeration.enumeration,
+    "cut_dp": cut_dp.cut_dp,
+    "bound": bound.bound,
 })
 
 

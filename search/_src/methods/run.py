@@ -120,8 +120,8 @@ def run(method: str | base.Method, job: cm.RLJob, cluster: cm.Cluster, *,
     outcome = m.result(state)
     res = finish_lib.finish(outcome, problem, m, top_k, scorer.evaluations)
   if stopped is not None and res.infeasible_reason and not outcome.families:
-    res = dataclasses.replace(res, infeasible_reason=f"{stopped} before {m.name} scored a "
-                              f"plan; " + res.infeasible_reason)
+    res = dataclasses.replace(res, infeasible_reason=f"{stopped} before {m.name} had a "
+                              "result; " + res.infeasible_reason)
   wall = time.perf_counter() - t0
   res = dataclasses.replace(res, wall_time_s=wall, compile_time_s=min(clock.seconds, wall),
                             stopped=stopped, description=res.description or m.description)
