@@ -121,6 +121,15 @@ def test_seed_oss_hand_derived_count_with_qkv_biases():
   assert spec.total_params == 64 * layer + 2 * 155136 * h + h
 
 
+def test_minimax_m2_hand_derived_count_every_layer_sparse():
+  spec = models.from_hf_id("MiniMaxAI/MiniMax-M2.7")
+  h = 3072
+  attn = 2 * h * 48 * 128 + 2 * h * 8 * 128
+  moe = h * 256 + 256 * 3 * h * 1536
+  assert spec.total_params == 62 * (attn + moe + 2 * h) + 2 * 200064 * h + h
+  assert spec.n_moe_layers == 62 and spec.n_dense_layers == 0
+
+
 def test_moonlight_hand_derived_mla_without_query_compression():
   spec = models.from_hf_id("moonshotai/Moonlight-16B-A3B-Instruct")
   assert spec.q_lora_rank == 0 and spec.kv_lora_rank == 512

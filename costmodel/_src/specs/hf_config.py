@@ -9,7 +9,7 @@ each supported ``model_type``:
 - ``qwen3``: Qwen3 dense (no QKV bias).
 - ``qwen3_moe``: Qwen3 mixture of experts (``num_experts``,
   ``moe_intermediate_size``, ``decoder_sparse_step``, ``mlp_only_layers``).
-- ``mixtral``: Mixtral (``num_local_experts``).
+- ``mixtral``: Mixtral (``num_local_experts``), and ``minimax_m2`` (the same keys).
 - ``deepseek_v2`` / ``deepseek_v3``: multi-head latent attention and shared
   experts (``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``,
   ``n_routed_experts``, ``first_k_dense_replace``, ...), also read for
@@ -42,7 +42,7 @@ from costmodel._src.specs.model import ModelSpec
 
 SUPPORTED_MODEL_TYPES = (
     "llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "deepseek_v2",
-    "deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe_lite", "seed_oss", "opt",
+    "deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe_lite", "seed_oss", "minimax_m2", "opt",
     *hf_families.PARSERS, *hf_hybrid.PARSERS,
 )
 
@@ -196,6 +196,10 @@ _PARSERS = {
     # (transformers' SeedOssConfig; its output-projection bias is a separate,
     # unmodelled `attention_out_bias`).
     "seed_oss": _llama,
+    # MiniMax-M2: Mixtral's keys (num_local_experts; intermediate_size is the
+    # expert width, every layer sparse), transformers' MiniMaxM2Config. Its
+    # per-layer q/k RMSNorm weights are left out.
+    "minimax_m2": _mixtral,
     "opt": _opt,
     **hf_families.PARSERS,
     **hf_hybrid.PARSERS,
