@@ -68,7 +68,8 @@ def test_gpt_oss_20b_hand_derived_count():
     ("zai-org/GLM-4.5-Air-FP8", "zai-org/GLM-4.5-Air"),
     ("QWEN/QWEN2.5-14B", "Qwen/Qwen2.5-14B"),
     ("Qwen/Qwen2-1.5B-Instruct", "Qwen/Qwen2.5-1.5B"),
-    ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-Base-BF16", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"),
+    ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-Base-BF16",
+     "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"),
     ("${RAY_DATA_HOME}/models/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
      "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"),
 ])
@@ -128,6 +129,15 @@ def test_minimax_m2_hand_derived_count_every_layer_sparse():
   moe = h * 256 + 256 * 3 * h * 1536
   assert spec.total_params == 62 * (attn + moe + 2 * h) + 2 * 200064 * h + h
   assert spec.n_moe_layers == 62 and spec.n_dense_layers == 0
+
+
+def test_glm5_latent_attention_with_the_sparse_attention_indexer():
+  spec = models.from_hf_id("zai-org/GLM-5.1")
+  assert (spec.index_heads, spec.index_head_dim, spec.index_topk) == (32, 128, 2048)
+  assert spec.indexer_params() == 2048 * 32 * 128 + 6144 * 128 + 2 * 128 + 6144 * 32
+  assert spec.n_dense_layers == 3 and spec.n_moe_layers == 75
+  # Per cached token and layer: the 512-wide latent, the 64-wide rotary key, the indexer key.
+  assert spec.kv_bytes_per_token(1.0) == 78 * (512 + 64 + 128)
 
 
 def test_moonlight_hand_derived_mla_without_query_compression():

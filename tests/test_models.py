@@ -339,8 +339,8 @@ def test_from_hf_config_unsupported_model_type_lists_supported():
   cfg = dict(_HF_CONFIGS["llama-3.1-8b"], model_type="gpt2")
   with pytest.raises(ValueError, match="model_type='gpt2'.*llama, qwen2, qwen3, "
                      "qwen3_moe, mixtral, deepseek_v2, deepseek_v3, deepseek_v32, kimi_k2, "
-                     "glm4_moe_lite, seed_oss, minimax_m2, opt, mistral, glm4, gemma2, gemma3_text, "
-                     "gpt_oss, glm4_moe"):
+                     "glm4_moe_lite, glm_moe_dsa, seed_oss, minimax_m2, opt, mistral, glm4, gemma2, "
+                     "gemma3_text, gpt_oss, glm4_moe"):
     hf_config.from_hf_config(cfg)
   cfg.pop("model_type")
   with pytest.raises(ValueError, match="model_type=None"):

@@ -42,8 +42,8 @@ from costmodel._src.specs.model import ModelSpec
 
 SUPPORTED_MODEL_TYPES = (
     "llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "deepseek_v2",
-    "deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe_lite", "seed_oss", "minimax_m2", "opt",
-    *hf_families.PARSERS, *hf_hybrid.PARSERS,
+    "deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe_lite", "glm_moe_dsa", "seed_oss",
+    "minimax_m2", "opt", *hf_families.PARSERS, *hf_hybrid.PARSERS,
 )
 
 def _llama_like(r: Reader, bias_key: bool) -> dict[str, Any]:
@@ -139,7 +139,7 @@ def _deepseek(r: Reader) -> dict[str, Any]:
                        minimum=1 if n_dense else 0),
   )
   fields["mtp_layers"] = r.integer("num_nextn_predict_layers", 0, minimum=0)
-  if r.cfg.get("model_type") == "deepseek_v32":
+  if r.cfg.get("model_type") in ("deepseek_v32", "glm_moe_dsa"):
     fields.update(index_heads=r.integer("index_n_heads"),
                   index_head_dim=r.integer("index_head_dim"),
                   index_topk=r.integer("index_topk"))
@@ -192,6 +192,9 @@ _PARSERS = {
     "kimi_k2": _deepseek,  # Kimi K2: the DeepSeek-V3 layout, model_type of its own
     # GLM-4.7-Flash: DeepSeek-V3's latent attention and MoE keys (transformers' Glm4MoeLiteConfig).
     "glm4_moe_lite": _deepseek,
+    # GLM-5 / 5.1: latent attention with DeepSeek-V3.2's sparse-attention indexer
+    # (transformers' GlmMoeDsaConfig spells the keys as DeepSeek does).
+    "glm_moe_dsa": _deepseek,
     # Seed-OSS: a Llama layout whose `attention_bias` puts biases on q, k and v
     # (transformers' SeedOssConfig; its output-projection bias is a separate,
     # unmodelled `attention_out_bias`).
