@@ -11,7 +11,8 @@ pieces below to vectorise, relax and compile the same model.
 * pytree helpers (:func:`pytree_dataclass`, :func:`check_one_of`);
 * the step model by rows and by stage (:func:`estimate_rows`,
   :func:`estimate_shared`, :func:`stage_cost_rows`, :func:`stage_reads`,
-  :func:`stage_names`, :func:`required_roles`);
+  :func:`stage_names`, :func:`required_roles`, :data:`ROLES`,
+  :data:`TRAINED_ROLES`);
 * the operation costs (:func:`roofline`, :func:`collective_time`) and XLA's
   compile options (:mod:`xla_options`).
 """
@@ -30,6 +31,8 @@ from costmodel._src.specs.constraints import model_fields
 from costmodel._src.specs.constraints import rule_mask
 from costmodel._src.specs.constraints import rule_penalty
 from costmodel._src.specs.constraints import rule_violations
+from costmodel._src.specs.plan import ROLES
+from costmodel._src.specs.plan import TRAINED_ROLES
 from costmodel._src.specs.plan import required_roles
 from costmodel._src.specs.rule_table import RULE_SETS
 from costmodel._src.specs.rule_table import RULES
@@ -41,9 +44,11 @@ from costmodel._src.step.factored import stage_cost_rows
 from costmodel._src.step.factored import stage_reads
 
 __all__ = (
+    "ROLES",
     "RULES",
     "RULE_SETS",
     "Rule",
+    "TRAINED_ROLES",
     "check_one_of",
     "check_rules",
     "collective_time",

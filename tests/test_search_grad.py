@@ -10,6 +10,7 @@ import costmodel as cm
 from search._src import compile_cache
 from search._src import differences
 from search._src import relax
+from search._src import relaxed_objective
 from search._src import space as space_lib
 
 # Every gradient of this module is taken on CHUNK rows (padded where fewer are
@@ -106,7 +107,7 @@ def test_finite_differences_of_the_search_match_the_reverse_gradient(fs, central
   rng = np.random.default_rng(5)
   x, _, _, _ = _random_relaxed(fs, rng, 32)
   eff = cm.Efficiency()
-  cols = relax.trainable(fs)
+  cols = relaxed_objective.trainable(fs)
   assert cols and fs.index("engine.tp") in cols
   assert all(fs.vars[j].kind != space_lib.CAT and len(fs.vars[j].options) > 1 for j in cols)
   h = relax.RelaxConfig().fd_step
@@ -158,7 +159,7 @@ def test_a_short_loop_compiles_its_step_at_level_0_with_the_same_numbers(fs):
   cfg = relax.RelaxConfig(steps=10)
   assert differences.points_per_start(5) == 6
   assert differences.points_per_start(5, central=True) == 11
-  points = lambda rows: rows * (len(relax.trainable(fs)) + 1) * cfg.steps  # forward
+  points = lambda rows: rows * (len(relaxed_objective.trainable(fs)) + 1) * cfg.steps  # forward
   rows = relax.SMALL_LOOP_POINTS // points(1)
   small, small_opts = relax.step_program(fs, cfg, rows)
   large, large_opts = relax.step_program(fs, cfg, rows + 1)

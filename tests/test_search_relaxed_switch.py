@@ -16,7 +16,7 @@ from search._src import family_search
 from search._src import optimize as optimize_lib
 from search._src import relax
 from search._src import report
-from search._src import shared as shared_lib
+from search._src import shared_relax
 from search._src import space as space_lib
 
 FAMILIES = ("colocated", "split")
@@ -59,7 +59,7 @@ def test_without_the_relaxed_phase_the_shared_search_finds_the_optimum(
   def no_loop(*args, **kwargs):
     raise AssertionError("the relaxed loop ran")
 
-  monkeypatch.setattr(shared_lib, "run", no_loop)
+  monkeypatch.setattr(shared_relax, "run", no_loop)
   monkeypatch.setattr(relax, "run", no_loop)
   res = search.optimize(search_job, cluster_2x8, families=list(FAMILIES), space=compact_space,
                         seed=0)  # auto: a small space

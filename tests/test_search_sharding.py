@@ -44,11 +44,11 @@ _SHARED = textwrap.dedent("""
       import numpy as np
       import costmodel as cm
       import search
-      from search._src import frameworks, relax, shared
+      from search._src import frameworks, relax, shared, shared_relax
       spaces = [frameworks.get("any").build(f, job, cluster, search.SpaceOptions.compact(),
                                             "bf16") for f in ("colocated", "split")]
       inits = [fs.init_relaxed(np.random.default_rng(k), 8) for k, fs in enumerate(spaces)]
-      outs = shared.run(shared.SharedSpace(spaces), cm.Efficiency(), inits,
+      outs = shared_relax.run(shared.SharedSpace(spaces), cm.Efficiency(), inits,
                         relax.RelaxConfig(steps=30))
       return [o.step_time_s.tolist() for o in outs]
 """)

@@ -19,7 +19,9 @@ from search._src import evaluate
 from search._src import family_search
 from search._src import frameworks as fw_lib
 from search._src import relax
+from search._src import sharding
 from search._src import shared as shared_lib
+from search._src import shared_relax
 from search._src import trace_cache
 
 FAMILIES = ("colocated", "split")
@@ -112,7 +114,7 @@ def test_shared_relaxed_objective_and_gradient_are_the_familys(shared, spaces):
 def test_shared_relaxed_loop_keeps_each_start_in_its_family(shared, spaces):
   eff = cm.Efficiency()
   inits = [fs.init_relaxed(np.random.default_rng(k), 5) for k, fs in enumerate(spaces)]
-  outs = shared_lib.run(shared, eff, inits, relax.RelaxConfig(steps=30))
+  outs = shared_relax.run(shared, eff, inits, relax.RelaxConfig(steps=30))
   for fs, (x0, lo, hi), out in zip(spaces, inits, outs, strict=True):
     assert out.x.shape == x0.shape and out.values.shape == x0.shape
     assert out.history_s.shape == (30,)
@@ -147,13 +149,13 @@ def test_the_part_that_builds_the_loop_tells_on_traced_before_it_compiles(shared
       threading.Event().wait(1.0)
     return real_run(*args, **kwargs)
 
-  monkeypatch.setattr(shared_lib, "cores", lambda: 2)
+  monkeypatch.setattr(sharding, "cores", lambda: 2)
   monkeypatch.setattr(trace_cache, "_build", recorded_build)
   monkeypatch.setattr(relax, "run", run_part)
   inits = [fs.init_relaxed(np.random.default_rng(k), 2) for k, fs in enumerate(spaces)]
   # A schedule of its own: a program not yet built in this process.
   cfg = relax.RelaxConfig(steps=2, learning_rate=0.123)
-  shared_lib.run(shared, cm.Efficiency(), inits, cfg, on_traced=lambda: events.append("traced"))
+  shared_relax.run(shared, cm.Efficiency(), inits, cfg, on_traced=lambda: events.append("traced"))
   assert events == ["traced", "compiled"]
 
 
@@ -179,14 +181,14 @@ def test_a_small_finite_difference_loop_starts_once_the_exact_program_is_traced(
   assert not family_search._exact_first(shared, small._replace(gradient="reverse"), 16)
   assert not family_search._exact_first(shared, small._replace(steps=10**6), 16)
   events = []
-  warm, run = evaluate.Evaluator.warm, shared_lib.run
+  warm, run = evaluate.Evaluator.warm, shared_relax.run
 
   def recorded_warm(self, on_traced=None):
     assert on_traced is not None  # the search waits for the trace
     return warm(self, on_traced=lambda: (events.append("exact traced"), on_traced()))
 
   monkeypatch.setattr(evaluate.Evaluator, "warm", recorded_warm)
-  monkeypatch.setattr(shared_lib, "run",
+  monkeypatch.setattr(shared_relax, "run",
                       lambda *a, **k: (events.append("relaxed loop"), run(*a, **k))[1])
   out = family_search.search_shared(spaces, cm.Efficiency(), starts=2, seed=0,
                                     cfg=relax.RelaxConfig(steps=2, learning_rate=0.123))

@@ -23,6 +23,7 @@ import costmodel as cm
 from costmodel import internal as cmi
 from search._src import compile_cache
 from search._src import exact_programs as programs
+from search._src import sharding
 from search._src import shared as shared_lib
 from search._src import space as space_lib
 from search._src import trace_cache
@@ -367,7 +368,7 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
   core, so chunks scored side by side use every core (a search's families,
   scored in threads of their own, finish at different times; the last one's
   batches then use the cores the others left)."""
-  return concurrent.futures.ThreadPoolExecutor(shared_lib.cores(),
+  return concurrent.futures.ThreadPoolExecutor(sharding.cores(),
                                                thread_name_prefix="rlcost-chunks")
 
 

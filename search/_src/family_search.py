@@ -26,7 +26,9 @@ from search._src import evaluate
 from search._src import relax
 from search._src import result as result_lib
 from search._src import rounding
+from search._src import sharding
 from search._src import shared as shared_lib
+from search._src import shared_relax
 from search._src import space as space_lib
 
 
@@ -295,12 +297,12 @@ def relax_shared(spaces, eff: cm.Efficiency, starts: int, seed: int, cfg: relax.
   evs = [evaluate.Evaluator(fs, eff, full=True, shared=space) for fs in spaces]
   traced = threading.Event()
   rows = sum(len(x0) for x0, _, _ in inits)
-  exact_first = _exact_first(space, cfg, shared_lib.rows_per_device(rows))
+  exact_first = _exact_first(space, cfg, shared_relax.rows_per_device(rows))
   if relaxed:
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
       warming = _warm(pool, evs[0], (traced,), exact_first)
       try:
-        outs = shared_lib.run(space, eff, inits, cfg, on_traced=traced.set)
+        outs = shared_relax.run(space, eff, inits, cfg, on_traced=traced.set)
       finally:
         traced.set()
       _prepare_likely_top(evs, outs, cfg)
@@ -308,8 +310,8 @@ def relax_shared(spaces, eff: cm.Efficiency, starts: int, seed: int, cfg: relax.
   else:
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
       warming = pool.submit(evs[0].warm)  # XLA compiles it while the starts are mapped
-      outs = shared_lib.per_family(space, inits,
-                                   at_starts(space, shared_lib.widen_starts(space, inits)[0]))
+      outs = shared_relax.per_family(space, inits,
+                                   at_starts(space, shared_relax.widen_starts(space, inits)[0]))
       warming.result()
   for fs in spaces:
     phase(fs.family, "relaxed")
@@ -336,4 +338,4 @@ def _prepare_likely_top(evs, outs, cfg: relax.RelaxConfig) -> None:
 
 def workers(n: int) -> int:
   """Threads for ``n`` families: one per CPU core this process may use."""
-  return max(1, min(n, shared_lib.cores()))
+  return max(1, min(n, sharding.cores()))

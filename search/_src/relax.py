@@ -38,6 +38,7 @@ import costmodel as cm
 from costmodel import internal as cmi
 from search._src import compile_cache
 from search._src import differences
+from search._src import relaxed_objective as objective_lib
 from search._src import sharding
 from search._src import space as space_lib
 from search._src import trace_cache
@@ -138,20 +139,8 @@ def _objective(fs_static, job, cluster, eff, x, tau, weight):
   plan = structure.to_plan(v)
   with cmi.positive_tau():  # tau > 0 throughout: trace the smooth model only
     est = cm.estimate(job, plan, cluster, eff, tau=tau)
-  step, penalty = est.step_time_s, penalty_of(structure, v, est, job, cluster)
-  return loss_of(step, penalty, weight), (step, penalty)
-
-
-def penalty_of(structure, v, est, job, cluster):
-  """The constraint penalty of relaxed values ``v`` and their estimate: memory
-  excess plus the rule table's layout violation."""
-  return (space_lib.memory_excess(structure, v, est, job, cluster)
-          + space_lib.layout_violation(structure, v, job))
-
-
-def loss_of(step, penalty, weight):
-  """The relaxed objective: log step time plus the weighted penalty."""
-  return jnp.log(jnp.maximum(step, 1e-9)) + weight * penalty
+  step, penalty = est.step_time_s, objective_lib.penalty_of(structure, v, est, job, cluster)
+  return objective_lib.loss_of(step, penalty, weight), (step, penalty)
 
 
 def _optimizer(cfg: RelaxConfig) -> optax.GradientTransformation:
@@ -166,14 +155,6 @@ def init(cfg: RelaxConfig, x0: jax.Array) -> RelaxState:
   return RelaxState(x=x0, opt_state=jax.vmap(opt.init)(x0), step=jnp.zeros((), jnp.int32))
 
 
-def trainable(fs) -> tuple[int, ...]:
-  """Columns the gradient moves: not categorical, more than one option (the
-  pool of a one-pool placement holds the whole cluster); the others stay where
-  they start."""
-  return tuple(i for i, v in enumerate(fs.vars)
-               if v.kind != space_lib.CAT and len(v.options) > 1)
-
-
 def update(fs_static, cfg: RelaxConfig, job, cluster, eff, inputs: RelaxInputs,
            state: RelaxState):
   """One Adam step of every start; returns the new state and per-start
@@ -183,7 +164,7 @@ def update(fs_static, cfg: RelaxConfig, job, cluster, eff, inputs: RelaxInputs,
   tau = _schedule(cfg, t, cfg.tau_start, cfg.tau_end)
   weight = _schedule(cfg, t, cfg.weight_start, cfg.weight_end)
   objective = lambda x: _objective(fs_static, job, cluster, eff, x, tau, weight)
-  columns = trainable(fs_static[1])
+  columns = objective_lib.trainable(fs_static[1])
   if cfg.gradient == "reverse":
     (_, (step, penalty)), grads = jax.vmap(jax.value_and_grad(objective, has_aux=True))(state.x)
     mask = np.zeros(state.x.shape[-1], np.float32)
@@ -198,19 +179,12 @@ def update(fs_static, cfg: RelaxConfig, job, cluster, eff, inputs: RelaxInputs,
   return RelaxState(x=x, opt_state=opt_state, step=state.step + 1), (step, penalty)
 
 
-def static_key(fs) -> tuple:
-  """What the relaxed programs of a space specialise on: its structure and each
-  variable's kind, end options and whether it has a choice."""
-  return (fs.structure, tuple((v.kind, float(v.options[0]), float(v.options[-1]),
-                               len(v.options) > 1) for v in fs.vars))
-
-
 class Static:
   """Hashable wrapper: jit specialises on the family structure only."""
 
   def __init__(self, fs: space_lib.FamilySpace):
     self.fs = fs
-    self.key = static_key(fs)
+    self.key = objective_lib.static_key(fs)
 
   def __hash__(self):
     return hash(self.key)
@@ -296,7 +270,7 @@ _STEP_PROGRAMS = {
 def small_loop(fs, cfg: RelaxConfig, rows_per_device: int) -> bool:
   """Whether a finite-difference loop makes at most :data:`SMALL_LOOP_POINTS`
   evaluations a device."""
-  points = differences.points_per_start(len(trainable(fs)), central=cfg.gradient == "central")
+  points = differences.points_per_start(len(objective_lib.trainable(fs)), central=cfg.gradient == "central")
   return rows_per_device * points * cfg.steps <= SMALL_LOOP_POINTS
 
 

@@ -1,4 +1,5 @@
-"""The batch of relaxed starts laid out over devices (``jax.sharding``).
+"""The batch of relaxed starts laid out over devices (``jax.sharding``), and the
+CPU cores a process may spread work over.
 
 The starts are a leading batch axis of the relaxed loop
 (:mod:`search._src.relax`); on several devices (accelerators, or XLA host
@@ -7,6 +8,8 @@ its share of the starts.
 """
 
 from __future__ import annotations
+
+import os
 
 import jax
 import jax.numpy as jnp
@@ -34,3 +37,9 @@ def pad_starts(n: int) -> int:
   """Starts rounded up to a multiple of the device count."""
   d = jax.device_count()
   return -(-n // d) * d
+
+
+def cores() -> int:
+  """CPU cores this process may use."""
+  n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+  return max(1, n or 1)

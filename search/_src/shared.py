@@ -19,8 +19,9 @@ also costs each stage once per distinct input of a chunk
   a family's: its objective and relaxed values select the row's family; the
   ``family`` column is categorical (never moved), so every start stays in its
   family and a column another family trains gets no update where the row's
-  family does not read it (its bounds hold it). :func:`run` widens each
-  family's starts, runs them as one batch and splits the output.
+  family does not read it (its bounds hold it).
+  :func:`search._src.shared_relax.run` widens each family's starts, runs them
+  as one batch and splits the output.
 * The exact evaluator of each family (:class:`search._src.evaluate.Evaluator`
   with ``shared``) widens its rows and reads its family's scores from
   :func:`ranking` (every row the discrete phases score). Whole estimates (few
@@ -31,19 +32,15 @@ also costs each stage once per distinct input of a chunk
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
-import os
-import threading
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-import costmodel as cm
 from costmodel import internal as cmi
 from search._src import compile_cache
-from search._src import relax
+from search._src import relaxed_objective as objective_lib
 from search._src import space as space_lib
 
 FAMILY = "family"
@@ -94,7 +91,7 @@ class SharedSpace:
     self.columns = tuple(np.asarray([names.index(n) for n in fs.names]) for fs in spaces)
     first, trained = {}, {}
     for fs in spaces:
-      train = set(relax.trainable(fs))
+      train = set(objective_lib.trainable(fs))
       for j, var in enumerate(fs.vars):
         first.setdefault(var.name, var)
         if j in train:  # a column trains when any family trains it
@@ -109,7 +106,7 @@ class SharedSpace:
       lo, _ = fs.relaxed_bounds(np.asarray([[float(v.options[0]) for v in fs.vars]]))
       self._filler_x[[names.index(n) for n in fs.names]] = lo[0]
     # What jitted code specialises on: each family's structure and variables.
-    self.structure = tuple(relax.static_key(fs) for fs in spaces)
+    self.structure = tuple(objective_lib.static_key(fs) for fs in spaces)
 
   def __hash__(self):
     return hash(self.structure)
@@ -150,7 +147,7 @@ class SharedSpace:
 
   def relaxed_objective(self, job, cluster, eff, x, tau, weight):
     """The relaxed objective of one row: its family's
-    (:func:`search._src.relax.loss_of`), with stage costs shared."""
+    (:func:`search._src.relaxed_objective.loss_of`), with stage costs shared."""
     fam = self.family_of(x)
     values = [fs.relaxed_values(x[cols]) for fs, cols in zip(self.spaces, self.columns,
                                                               strict=True)]
@@ -159,10 +156,10 @@ class SharedSpace:
       ests = cmi.estimate_shared(job, plans, fam, cluster, eff, tau=tau)
     step = penalty = None
     for k, (fs, v, est) in enumerate(zip(self.spaces, values, ests, strict=True)):
-      p = relax.penalty_of(fs.structure, v, est, job, cluster)
+      p = objective_lib.penalty_of(fs.structure, v, est, job, cluster)
       step = est.step_time_s if step is None else jnp.where(fam == k, est.step_time_s, step)
       penalty = p if penalty is None else jnp.where(fam == k, p, penalty)
-    return relax.loss_of(step, penalty, weight), (step, penalty)
+    return objective_lib.loss_of(step, penalty, weight), (step, penalty)
 
 
 _holding: dict = {}  # Structure -> the latest shared space that holds it
@@ -179,95 +176,6 @@ def register(space: SharedSpace) -> None:
 def holding(structure) -> SharedSpace | None:
   """The registered shared space that holds ``structure`` (None if none)."""
   return _holding.get(structure)
-
-def run(shared: SharedSpace, eff: cm.Efficiency, starts, cfg: relax.RelaxConfig,
-        on_traced=None) -> list[relax.RelaxOutput]:
-  """The relaxed loop of every family's starts in one batch.
-
-  Args:
-    shared: The space.
-    eff: Efficiency parameters.
-    starts: ``(x0, lo, hi)`` of each family, in the order of ``shared.spaces``.
-    cfg: The relaxed phase's schedules.
-    on_traced: As in :func:`search._src.relax.run`.
-
-  Returns:
-    One :class:`~search._src.relax.RelaxOutput` per family, in its own columns.
-  """
-  x0, lo, hi = widen_starts(shared, starts)
-  return per_family(shared, starts, _run_parts(shared, eff, x0, lo, hi, cfg, on_traced))
-
-
-def widen_starts(shared: SharedSpace, starts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """``(x0, lo, hi)`` of every family's ``starts`` (as in :func:`run`), widened
-  to the shared columns and stacked in the order of ``shared.spaces``."""
-  parts = [[], [], []]
-  for k, arrays in enumerate(starts):
-    for i, a in enumerate(arrays):
-      parts[i].append(shared.widen(k, np.asarray(a, np.float32), relaxed=True))
-  return tuple(np.concatenate(p, 0) for p in parts)
-
-
-def per_family(shared: SharedSpace, starts, out: relax.RelaxOutput) -> list[relax.RelaxOutput]:
-  """``out`` (rows of :func:`widen_starts`, a history column per family) cut
-  into one :class:`~search._src.relax.RelaxOutput` per family, in its own
-  columns."""
-  outs, at = [], 0
-  for k, (a, *_) in enumerate(starts):
-    rows, cols = slice(at, at + len(a)), shared.columns[k]
-    at += len(a)
-    outs.append(relax.RelaxOutput(x=out.x[rows][:, cols], values=out.values[rows][:, cols],
-                                  step_time_s=out.step_time_s[rows],
-                                  penalty=out.penalty[rows], history_s=out.history_s[:, k]))
-  return outs
-
-
-def cores() -> int:
-  """CPU cores this process may use."""
-  n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-  return max(1, n or 1)
-
-
-def _parts(rows: int) -> int:
-  """Parts :func:`run` cuts ``rows`` starts into: one per core on one device,
-  else one (sharded over the devices)."""
-  return min(cores() if jax.device_count() == 1 else 1, rows)
-
-
-def rows_per_device(rows: int) -> int:
-  """Starts each device's relaxed program takes when :func:`run` runs ``rows``."""
-  part = -(-rows // _parts(rows))
-  return -(-part // jax.device_count())
-
-
-def _run_parts(shared, eff, x0, lo, hi, cfg, on_traced) -> relax.RelaxOutput:
-  """:func:`search._src.relax.run` of the rows cut into one equal part per core,
-  each part in a thread of its own (XLA runs one program on one core, so the
-  parts run side by side; the program compiles once, the other threads wait for
-  it); on several devices the rows are sharded instead, in one part."""
-  n = _parts(x0.shape[0])
-  size = -(-x0.shape[0] // n)
-  pad = lambda a: np.concatenate([a, np.repeat(a[-1:], n * size - len(a), 0)], 0)
-  x0, lo, hi = pad(x0), pad(lo), pad(hi)
-  cut = lambda a, i: a[i * size:(i + 1) * size]
-  # Every part takes the same path of the trace cache (an AOT program), so they
-  # share it. Whichever part's thread builds it tells ``on_traced`` (once) as
-  # soon as it is traced; the others would only hear of it once it compiled.
-  told = threading.Lock()
-
-  def notify():
-    if on_traced is not None and told.acquire(blocking=False):
-      on_traced()
-
-  with concurrent.futures.ThreadPoolExecutor(n) as pool:
-    outs = list(pool.map(lambda i: relax.run(shared, shared.job, shared.cluster, eff,
-                                             cut(x0, i), cut(lo, i), cut(hi, i), cfg,
-                                             on_traced=notify), range(n)))
-  cat = lambda field: np.concatenate([getattr(o, field) for o in outs], 0)
-  return relax.RelaxOutput(x=cat("x"), values=cat("values"), step_time_s=cat("step_time_s"),
-                           penalty=cat("penalty"),
-                           history_s=np.min(np.stack([o.history_s for o in outs]), axis=0))
-
 
 def plans_of(shared: SharedSpace, v) -> tuple[tuple, jax.Array]:
   """Every family's plan of one row and the row's family (traceable), as

@@ -52,14 +52,14 @@ import numpy as np
 import costmodel as cm
 from costmodel import internal as cmi
 import export
-from search._src.space_options import _LAYOUT_ROLES
-from search._src.space_options import _TRAINED
 from search._src.space_options import CAT
 from search._src.space_options import FAMILIES
 from search._src.space_options import FRAC
+from search._src.space_options import LAYOUT_ROLES
 from search._src.space_options import LOG2
 from search._src.space_options import POOL
 from search._src.space_options import ROLLOUT_PRECISIONS
+from search._src.space_options import TRAINED_ROLES
 from search._src.space_options import SpaceOptions
 from search._src.space_options import Var
 from search._src.space_options import default_families
@@ -147,7 +147,7 @@ def _pool_options(placement: cm.Placement, job: cm.RLJob, cluster: cm.Cluster,
                * min(opts.max_cp, n))
   out = []
   for p in pools:
-    trains = any(placement.pool_of(r) == p for r in roles if r in _TRAINED)
+    trains = any(placement.pool_of(r) == p for r in roles if r in TRAINED_ROLES)
     out.append((p, training_pool_sizes(sizes, mini_batch(job), max_model) if trains else sizes))
   return out
 
@@ -245,7 +245,7 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
   vars_ = [Var(f"pool.{p}", POOL, sizes) for p, sizes in _pool_options(placement, job, cluster,
                                                                          opts, nodes)]
   f64 = lambda xs: np.asarray(sorted(set(float(x) for x in xs)), dtype=np.float64)
-  for role in _LAYOUT_ROLES:
+  for role in LAYOUT_ROLES:
     if role not in roles:
       continue
     model = {"actor": job.actor, "critic": job.critic, "reward": job.reward_model}[role]
@@ -261,11 +261,11 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
     else:
       eps = [1]
     vars_.append(Var(f"{role}.ep", LOG2, f64(eps)))
-    if role in _TRAINED:
+    if role in TRAINED_ROLES:
       vars_.append(Var(f"{role}.mb_train", LOG2, f64(opts.micro_batches)))
     vars_.append(Var(f"{role}.mb_infer", LOG2, f64(opts.micro_batches)))
     vars_.append(Var(f"{role}.zero", CAT, f64(opts.zero_stages)))
-    if role in _TRAINED:
+    if role in TRAINED_ROLES:
       vars_.append(Var(f"{role}.recompute", CAT, f64(opts.recompute)))
       if model.is_moe and opts.etp != (0,) and max(eps) > 1 and tp_hi > 1:
         vars_.append(Var(f"{role}.etp", CAT, f64(opts.etp)))

@@ -16,9 +16,10 @@ from costmodel import internal as cmi
 # Names of the registered placement families, in registry order.
 FAMILIES = tuple(p.name for p in cm.placements())
 
-# Roles that carry their own parallel degrees (the reference follows the actor).
-_LAYOUT_ROLES = ("actor", "critic", "reward")
-_TRAINED = ("actor", "critic")
+# Roles that carry their own parallel degrees (the reference follows the actor),
+# and those of them that train (the cost model's).
+LAYOUT_ROLES = ("actor", "critic", "reward")
+TRAINED_ROLES = cmi.TRAINED_ROLES
 
 # Variable kinds.
 LOG2 = "log2"   # powers of two; relaxed as log2 of the value

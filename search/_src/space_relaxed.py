@@ -7,9 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from search._src.space_options import _LAYOUT_ROLES
 from search._src.space_options import CAT
 from search._src.space_options import FRAC
+from search._src.space_options import LAYOUT_ROLES
 from search._src.space_options import LOG2
 from search._src.space_options import POOL
 from search._src.space_options import nearest_option
@@ -36,7 +36,7 @@ class FamilyRelaxed:
           lo[:, j], hi[:, j] = -8.0, 8.0
       else:
         lo[:, j] = hi[:, j] = cats[:, j]
-    for role in _LAYOUT_ROLES:
+    for role in LAYOUT_ROLES:
       if role in self.structure.roles:
         zero3 = cats[:, self.index(f"{role}.zero")] == 3
         for d in ("tp", "pp", "ep"):

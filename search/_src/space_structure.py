@@ -12,9 +12,9 @@ import numpy as np
 import costmodel as cm
 from costmodel import internal as cmi
 import export
-from search._src.space_options import _LAYOUT_ROLES
-from search._src.space_options import _TRAINED
+from search._src.space_options import LAYOUT_ROLES
 from search._src.space_options import ROLLOUT_PRECISIONS
+from search._src.space_options import TRAINED_ROLES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,13 +85,13 @@ class Structure:
                          ep=get(f"{role}.ep"), etp=float(etp) if concrete else etp,
                          micro_batch=get(f"{role}.{mb}"),
                          zero_stage=get(f"{role}.zero"),
-                         recompute=get(f"{role}.recompute") if role in _TRAINED else 0.0,
+                         recompute=get(f"{role}.recompute") if role in TRAINED_ROLES else 0.0,
                          offload=get(f"{offload_role or role}.offload"), vpp=vpp)
 
     # A trained role's inference runs its training model chunks (its vpp); an
     # unset vpp column (0) is plain 1F1B.
-    vpp = {r: self.value(v, f"{r}.vpp", 1.0, xp) for r in _TRAINED}
-    train = {r: layout(r, "mb_train", vpp=vpp[r]) for r in self.roles if r in _TRAINED}
+    vpp = {r: self.value(v, f"{r}.vpp", 1.0, xp) for r in TRAINED_ROLES}
+    train = {r: layout(r, "mb_train", vpp=vpp[r]) for r in self.roles if r in TRAINED_ROLES}
     infer = {r: layout("actor", "mb_infer", "reference", vpp["actor"]) if r == "reference"
              else layout(r, "mb_infer", vpp=vpp.get(r, 1.0)) for r in self.roles}
     tp = get("engine.tp")
@@ -114,7 +114,7 @@ def expert_tp(structure: Structure, role: str, get, xp=np):
   its TP where the ``{role}.etp`` variable is on and the role has expert
   parallelism, else 1 (without EP Megatron's experts follow TP whatever ETP is;
   :func:`costmodel._src.ops.layers.effective_etp`)."""
-  if role not in _TRAINED or f"{role}.etp" not in structure.names:
+  if role not in TRAINED_ROLES or f"{role}.etp" not in structure.names:
     return xp.ones_like(get(f"{role}.tp"))
   return xp.where((get(f"{role}.etp") > 0.5) & (get(f"{role}.ep") > 1.0), get(f"{role}.tp"),
                   1.0)
@@ -211,7 +211,7 @@ def role_layout_fields(structure: Structure, job: cm.RLJob, role: str, get, gpus
   chunks ``vpp`` in both, a column at 0 from rows built without the variable
   read as 1).
   """
-  trained = role in _TRAINED if phase is None else phase == "train"
+  trained = role in TRAINED_ROLES if phase is None else phase == "train"
   samples = job.samples_per_step
   if xp is np:
     samples = float(samples)
@@ -262,7 +262,7 @@ def layout_violation(structure: Structure, v: jax.Array, job: cm.RLJob,
   pools_total = sum(get(f"pool.{p}") for p in structure.pools)
   total = total + cmi.rule_penalty("pools", {"total": pools_total,
                                             "cluster_gpus": float(structure.n_gpus)}, tau, xp=jnp)
-  for role in _LAYOUT_ROLES:
+  for role in LAYOUT_ROLES:
     if role not in structure.roles:
       continue
     gpus = get(f"pool.{structure.placement.pool_of(role)}")

@@ -10,8 +10,8 @@ import numpy as np
 
 from costmodel import internal as cmi
 from search._src import result as result_lib
-from search._src.space_options import _LAYOUT_ROLES
-from search._src.space_options import _TRAINED
+from search._src.space_options import LAYOUT_ROLES
+from search._src.space_options import TRAINED_ROLES
 from search._src.space_options import cover
 from search._src.space_structure import role_layout_fields
 
@@ -103,7 +103,7 @@ class FamilyValidity:
       return tuple(self.index(f"pool.{p}") for p in self.structure.pools)
     if block == "engine":
       return (self.index(f"pool.{self.rollout_pool}"),)
-    roles = [r for r in _LAYOUT_ROLES if r in self.structure.roles and self.block_of(r) == block]
+    roles = [r for r in LAYOUT_ROLES if r in self.structure.roles and self.block_of(r) == block]
     return tuple(sorted({self.index(f"pool.{self.structure.placement.pool_of(r)}")
                          for r in roles}))
 
@@ -159,13 +159,13 @@ class FamilyValidity:
       ok &= cmi.rule_mask("pools", self._pools_fields(values))
     samples = float(self.job.samples_per_step)
     train_batch = samples / self.job.mini_batches
-    for role in _LAYOUT_ROLES:
+    for role in LAYOUT_ROLES:
       if role not in self.structure.roles or self.block_of(role) not in check:
         continue
       fields = self._layout_fields(values, role)
       ok &= cmi.rule_mask("layout", fields, self.structure.rule_sets)
       dp = fields["gpus"] / (fields["tp"] * fields["pp"] * fields["cp"])
-      mb_names = ("mb_train", "mb_infer") if role in _TRAINED else ("mb_infer",)
+      mb_names = ("mb_train", "mb_infer") if role in TRAINED_ROLES else ("mb_infer",)
       for mb_name in mb_names:
         mb = self.col(values, f"{role}.{mb_name}")
         per_rank = (train_batch if mb_name == "mb_train" else samples) / dp
@@ -198,7 +198,7 @@ class FamilyValidity:
     col = lambda n: self.col(values, n)
     for role in self.structure.roles:
       src = "actor" if role == "reference" else role  # the reference runs the actor's
-      for phase in (("train", "infer") if role in _TRAINED else ("infer",)):
+      for phase in (("train", "infer") if role in TRAINED_ROLES else ("infer",)):
         fields = role_layout_fields(self.structure, self.job, src, col,
                                      self.pool_of(values, role), np, phase)
         ok &= cmi.rule_mask("layout", fields)
@@ -281,7 +281,7 @@ class FamilyValidity:
     v = np.array(values, dtype=np.float64, copy=True)
     idx = self.index
     self._shrink_pools(v)
-    for role in _LAYOUT_ROLES:
+    for role in LAYOUT_ROLES:
       if role not in self.structure.roles:
         continue
       zero3 = self._violated("layout", self._layout_fields(v, role), "zero3_alone")
@@ -312,12 +312,12 @@ class FamilyValidity:
             break
           v[bad, j] = np.maximum(v[bad, j] / 2, 1.0)
     samples = float(self.job.samples_per_step)
-    for role in _LAYOUT_ROLES:
+    for role in LAYOUT_ROLES:
       if role not in self.structure.roles:
         continue
       g = self.pool_of(v, role)
       dp = g / (v[..., idx(f"{role}.tp")] * v[..., idx(f"{role}.pp")] * v[..., idx(f"{role}.cp")])
-      mb_names = ("mb_train", "mb_infer") if role in _TRAINED else ("mb_infer",)
+      mb_names = ("mb_train", "mb_infer") if role in TRAINED_ROLES else ("mb_infer",)
       for mb_name in mb_names:
         batch = samples / self.job.mini_batches if mb_name == "mb_train" else samples
         j = idx(f"{role}.{mb_name}")

@@ -11,7 +11,7 @@ import numpy as np
 from search._src import result as result_lib
 from search._src import space as space_lib
 from search._src import space_validity
-from search._src.space_options import _LAYOUT_ROLES
+from search._src.space_options import LAYOUT_ROLES
 
 
 def pool_level(sizes: np.ndarray) -> np.ndarray:
@@ -103,7 +103,7 @@ class Blocks:
     """Positions (in the pool combination) of the pools ``block``'s validity reads."""
     fs = self.fs
     pools = {fs.structure.placement.pool_of(r) for r in fs.structure.roles
-             if r in _LAYOUT_ROLES and fs.block_of(r) == block}
+             if r in LAYOUT_ROLES and fs.block_of(r) == block}
     if fs.block_of("engine") == block:
       pools.add(fs.rollout_pool)
     names = [fs.vars[j].name for j in self.pool_idx]
