@@ -24,6 +24,9 @@ from costmodel._src.ops.smooth import positive_tau
 from costmodel._src.ops.smooth import relu as smooth_relu
 from costmodel._src.pytree import check_one_of
 from costmodel._src.pytree import pytree_dataclass
+from costmodel._src.rows.estimate import estimate_rows
+from costmodel._src.rows.estimate import stage_cost_rows
+from costmodel._src.rows.estimate import stage_reads
 from costmodel._src.specs.constraints import check_rules
 from costmodel._src.specs.constraints import engine_fields
 from costmodel._src.specs.constraints import layout_fields
@@ -39,9 +42,6 @@ from costmodel._src.specs.rule_table import RULES
 from costmodel._src.specs.rule_table import Rule
 from costmodel._src.step.estimate import estimate_shared
 from costmodel._src.step.estimate import stage_names
-from costmodel._src.step.factored import estimate_rows
-from costmodel._src.step.factored import stage_cost_rows
-from costmodel._src.step.factored import stage_reads
 
 __all__ = (
     "ROLES",

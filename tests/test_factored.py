@@ -12,7 +12,8 @@ import pytest
 import score_checks
 
 from costmodel import internal as cmi
-from costmodel._src.step import factored
+from costmodel._src.rows import estimate as factored
+from costmodel._src.rows import grouping
 from search._src import frameworks as fw_lib
 from search._src import shared as shared_lib
 
@@ -72,7 +73,7 @@ def test_estimate_rows_is_estimate_shared_row_by_row(shared, block):
 def test_distinct_finds_each_distinct_row_once():
   rng = np.random.default_rng(1)
   keys = rng.integers(0, 3, size=(500, 4)).astype(np.uint32)
-  firsts, inverse, count = map(np.asarray, jax.jit(factored.distinct)(jnp.asarray(keys)))
+  firsts, inverse, count = map(np.asarray, jax.jit(grouping.distinct)(jnp.asarray(keys)))
   assert int(count) == len(np.unique(keys, axis=0))
   reps = keys[firsts[:int(count)]]
   assert len(np.unique(reps, axis=0)) == int(count)  # no key listed twice
@@ -83,15 +84,15 @@ def test_distinct_stays_exact_when_every_hash_collides(monkeypatch):
   # With one hash for every key, every row lands in one slot: each round groups
   # the lowest pending row's key, the rest stand for themselves (more work), but
   # no row gets another key's cost.
-  monkeypatch.setattr(factored, "_MULTIPLIERS", np.zeros(64, np.uint32))
+  monkeypatch.setattr(grouping, "_MULTIPLIERS", np.zeros(64, np.uint32))
   keys = np.asarray([[1, 2], [3, 4], [1, 2], [1, 2], [3, 4]], np.uint32)
-  firsts, inverse, count = map(np.asarray, factored.distinct(jnp.asarray(keys)))
+  firsts, inverse, count = map(np.asarray, grouping.distinct(jnp.asarray(keys)))
   np.testing.assert_array_equal(keys[firsts[inverse]], keys)
   assert 2 <= int(count) <= 5
 
 
 def test_distinct_of_no_rows_is_empty():
-  firsts, inverse, count = factored.distinct(jnp.zeros((0, 3), jnp.uint32))
+  firsts, inverse, count = grouping.distinct(jnp.zeros((0, 3), jnp.uint32))
   assert firsts.shape == inverse.shape == (0,) and int(count) == 0
 
 

@@ -12,8 +12,8 @@ import pytest
 import score_checks
 
 from costmodel import internal as cmi
-from costmodel._src.step import dependence
-from costmodel._src.step import factored
+from costmodel._src.rows import dependence
+from costmodel._src.rows import estimate as factored
 from search._src import evaluate
 from search._src import frameworks as fw_lib
 from search._src import valid_space

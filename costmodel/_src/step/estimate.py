@@ -13,7 +13,7 @@
 
 and the metrics turn the result into an :class:`Estimate` (throughput, MFU,
 lower bound, memory per stage, feasibility; :mod:`costmodel._src.step.metrics`).
-:func:`costmodel.internal.estimate_rows` (:mod:`costmodel._src.step.factored`) estimates a
+:func:`costmodel.internal.estimate_rows` (:mod:`costmodel._src.rows.estimate`) estimates a
 batch of plans with the same functions, each stage costed once per distinct input.
 """
 

@@ -13,7 +13,7 @@ for bit: the stage's group (which cost function, on which device) and the array
 leaves of its layout and context (:func:`registry.array_leaves`). Rows are
 grouped through a hash table of those bits, each row compared in full with the
 row it is grouped with, so a hash collision can only cost a second
-computation, never a wrong cost (:func:`distinct`).
+computation, never a wrong cost (:func:`~costmodel._src.rows.grouping.distinct`).
 
 Building those bits costs about as much as the stages themselves on rows that
 share most inputs. A caller that knows its rows' structure may label them
@@ -31,19 +31,17 @@ and pass the table (``tables``): the stage is then looked up, not costed.
 
 from __future__ import annotations
 
-import functools
-
 import jax
-from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
 from costmodel._src.ops.efficiency import Efficiency
+from costmodel._src.rows import dependence
+from costmodel._src.rows import grouping
 from costmodel._src.specs.cluster import Cluster
 from costmodel._src.specs.job import RLJob
 from costmodel._src.stages import registry
 from costmodel._src.step import algorithms as alg
-from costmodel._src.step import dependence
 from costmodel._src.step import estimate as estimate_lib
 
 BLOCK = 64
@@ -55,12 +53,6 @@ rows."""
 FACTORED_KINDS = (alg.GENERATE, alg.INFER, alg.TRAIN)
 """Stage kinds costed once per distinct input; the others (the weight sync, CPU
 scoring) cost less than finding their distinct inputs and are costed per row."""
-
-# Odd multipliers of the key hash, one per key word (cycled).
-_MULTIPLIERS = (np.random.default_rng(0x5EED).integers(0, 2**31, size=64, dtype=np.uint32)
-                * np.uint32(2) + np.uint32(1))
-# The hash's finishing multipliers, one per round of :func:`distinct`.
-_MIXES = (0x7FEB352D, 0x846CA68B)
 
 
 def _kinds(job: RLJob) -> dict[str, str]:
@@ -121,7 +113,7 @@ def estimate_rows(job: RLJob, plans_of, rows: jax.Array, cluster: Cluster,
     if label_of is not None:
       raise ValueError("estimate_rows: label_of needs labels")
     keys = jax.vmap(lambda r: _keys(job, plans_of, r, cluster))(rows)
-    groups = {name: distinct(k) if kinds[name] in FACTORED_KINDS else None
+    groups = {name: grouping.distinct(k) if kinds[name] in FACTORED_KINDS else None
               for name, k in keys.items()}
   else:
     groups = _labelled(job, plans_of, rows, cluster, labels, label_of, kinds, set(tables))
@@ -179,16 +171,7 @@ def distinct_inputs(job: RLJob, plans_of, rows: jax.Array, cluster: Cluster) -> 
   """Stage name -> how many distinct inputs it has over ``rows`` (what
   :func:`estimate_rows` costs; arguments as there). Traceable."""
   keys = jax.vmap(lambda r: _keys(job, plans_of, r, cluster))(rows)
-  return {name: distinct(k)[2] for name, k in keys.items()}
-
-
-def _bits(x) -> jax.Array:
-  """The bits of ``x`` as uint32 words (raveled)."""
-  x = jnp.asarray(x)
-  if x.dtype == jnp.bool_ or x.dtype.itemsize < 4:
-    x = x.astype(jnp.int32 if jnp.issubdtype(x.dtype, jnp.integer) or x.dtype == jnp.bool_
-                 else jnp.float32)
-  return jnp.ravel(lax.bitcast_convert_type(x, jnp.uint32))
+  return {name: grouping.distinct(k)[2] for name, k in keys.items()}
 
 
 def _group_index(which, groups) -> jax.Array:
@@ -205,8 +188,8 @@ def _keys(job, plans_of, row, cluster) -> dict[str, jax.Array]:
   plans, which = plans_of(row)
   out = {}
   for name, groups in estimate_lib.stage_groups(job, plans, which, cluster).items():
-    words = [_bits(_group_index(which, groups))]
-    words += [_bits(x) for _, _, inputs in groups for x in registry.array_leaves(inputs)]
+    words = [grouping.bits(_group_index(which, groups))]
+    words += [grouping.bits(x) for _, _, inputs in groups for x in registry.array_leaves(inputs)]
     out[name] = jnp.concatenate(words)
   return out
 
@@ -228,7 +211,7 @@ def stage_reads(job: RLJob, plans_of, row: jax.ShapeDtypeStruct, cluster: Cluste
 
 
 def _labelled(job, plans_of, rows, cluster, labels, label_of, kinds, tabled=()) -> dict:
-  """Stage name -> :func:`distinct` of the labels of the row elements its
+  """Stage name -> :func:`~costmodel._src.rows.grouping.distinct` of the labels of the row elements its
   inputs read (stages that read the same labels share one grouping), or None
   for the stages costed on every row or looked up in ``tabled``'s tables."""
   n = rows.shape[0]
@@ -251,55 +234,9 @@ def _labelled(job, plans_of, rows, cluster, labels, label_of, kinds, tabled=()) 
       continue
     cols = tuple(sorted({int(label_of[e]) for e in reads[name]}))
     if cols not in shared:
-      shared[cols] = distinct(words[:, list(cols)] if cols else jnp.zeros((n, 1), jnp.uint32))
+      shared[cols] = grouping.distinct(words[:, list(cols)] if cols else jnp.zeros((n, 1), jnp.uint32))
     out[name] = shared[cols]
   return out
-
-
-def distinct(keys: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """The distinct rows of ``keys`` [N, L] (uint32).
-
-  Each row's hash picks a slot of a table of at least ``2 N`` entries; the
-  lowest row index that lands in a slot is its representative, and a row takes
-  its slot's representative only if their keys are equal in full. Rows that
-  do not (another key took the slot) try again with a second hash, then stand
-  for themselves. No sort: on 16,384 rows of 12 words hashing
-  takes about a third of the time of sorting the hashes, with fewer keys listed
-  twice; a table of ``2 N`` rather than ``4 N`` slots has less to fill.
-
-  Returns:
-    ``(firsts, inverse, count)``: ``firsts[:count]`` a row index of each distinct
-    key (the rest 0), ``inverse`` [N] the position in ``firsts`` of each row's
-    key, ``count`` how many there are (at least 1 when N > 0). A key may be
-    listed twice when hashes collide; never two keys as one.
-  """
-  n, words = keys.shape
-  if n == 0:
-    empty = jnp.zeros((0,), jnp.int32)
-    return empty, empty, jnp.zeros((), jnp.int32)
-  mult = jnp.asarray(np.resize(_MULTIPLIERS, words))
-  h = jnp.sum(keys * mult, axis=1, dtype=jnp.uint32)
-  slots = 1 << (2 * n - 1).bit_length()
-  index = jnp.arange(n, dtype=jnp.int32)
-
-  def round_(mix, h, first, pending):
-    h = (h ^ (h >> 16)) * jnp.uint32(mix)
-    h = h ^ (h >> 15)
-    slot = (h & jnp.uint32(slots - 1)).astype(jnp.int32)
-    table = jnp.full((slots,), n, jnp.int32).at[jnp.where(pending, slot, slots)].min(
-        index, mode="drop")
-    rep = jnp.minimum(table[slot], n - 1)  # a pending row's slot holds it or a lower row
-    same = pending & jnp.all(keys[rep] == keys, axis=1)
-    return h, jnp.where(same, rep, first), pending & ~same
-
-  state = round_(_MIXES[0], h, index, jnp.ones((n,), bool))
-  for mix in _MIXES[1:]:  # only where a row is still pending (a collision)
-    state = lax.cond(jnp.any(state[2]), functools.partial(round_, mix), lambda *s: s, *state)
-  first = state[1]
-  new = first == index
-  run = jnp.cumsum(new, dtype=jnp.int32) - 1
-  firsts = jnp.zeros((n,), jnp.int32).at[jnp.where(new, run, n)].set(index, mode="drop")
-  return firsts, run[first], run[-1] + 1
 
 
 def _pick(which, groups, costs):
@@ -312,7 +249,7 @@ def _pick(which, groups, costs):
 
 def _costed(job, plans_of, rows, cluster, eff, name, group, block):
   """Stage ``name``'s cost under every row: computed once per distinct input in
-  a loop over blocks of them (``group``: :func:`distinct`'s answer), or on every
+  a loop over blocks of them (``group``: :func:`~costmodel._src.rows.grouping.distinct`'s answer), or on every
   row where ``group`` is None."""
 
   def cost_of(job, cluster, eff, row):
@@ -330,21 +267,4 @@ def _costed(job, plans_of, rows, cluster, eff, name, group, block):
   firsts, inverse, count = group
   steps = -(-n // block)
   firsts = jnp.concatenate([firsts, jnp.zeros((steps * block - n,), jnp.int32)])
-  return _blocks(lambda i: blocked(job, cluster, eff, rows[i]), firsts, count, block, inverse)
-
-
-def _blocks(fn, index, count, block, inverse):
-  """``fn(index[i:i + block])`` over the first ``count`` entries of ``index``
-  (a multiple of ``block`` long), block by block, the results read back at
-  ``inverse``. ``fn`` is jitted, so its trace gives the buffers' shapes and
-  serves the loop."""
-  shapes = jax.eval_shape(fn, index[:block])
-
-  def body(i, out):
-    at = i * block
-    part = fn(lax.dynamic_slice_in_dim(index, at, block))
-    return jax.tree.map(lambda o, p: lax.dynamic_update_slice_in_dim(o, p, at, 0), out, part)
-
-  out = jax.tree.map(lambda s: jnp.zeros((index.shape[0], *s.shape[1:]), s.dtype), shapes)
-  out = lax.fori_loop(0, (count + block - 1) // block, body, out)
-  return jax.tree.map(lambda o: o[inverse], out)
+  return grouping.blocks(lambda i: blocked(job, cluster, eff, rows[i]), firsts, count, block, inverse)
