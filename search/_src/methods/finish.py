@@ -18,7 +18,7 @@ import numpy as np
 
 from search._src import frameworks as fw_lib
 from search._src import result as result_lib
-from search._src import shared as shared_lib
+from search._src import sharding
 from search._src.methods import base
 from search._src.result import SearchResult
 
@@ -140,7 +140,7 @@ def exact(runs, chosen):
     return zip(rows[k], result_lib.exact_plans(runs[k].ev, runs[k].ranked.values[rows[k]]),
                strict=True)
 
-  with concurrent.futures.ThreadPoolExecutor(max(1, min(len(fams), shared_lib.cores()))) as pool:
+  with concurrent.futures.ThreadPoolExecutor(max(1, min(len(fams), sharding.cores()))) as pool:
     out = {(k, i): pe for k, pairs in zip(fams, pool.map(one, fams), strict=True)
            for i, pe in pairs}
   return [out[c] for c in chosen]
