@@ -53,9 +53,9 @@ class ModelSpec:
       attention in every layer.
     mixer_only_layers: Blocks with a token mixer and no MLP (Nemotron-H's
       ``M`` and ``*`` blocks, each one sublayer with one norm).
-    mamba_heads, mamba_head_dim, mamba_state, mamba_groups, mamba_conv,
-      mamba_chunk: Mamba-2 heads, head width, state size, B/C groups,
-      convolution taps and scan chunk (:mod:`mamba`).
+    mamba_heads, mamba_head_dim, mamba_state, mamba_groups, mamba_conv, mamba_chunk:
+      Mamba-2 heads, head width, state size, B/C groups, convolution taps and
+      scan chunk (:mod:`mamba`).
     moe_latent: Width the routed experts work in (LatentMoE: projections
       ``h -> moe_latent`` before dispatch and back after combine); 0: ``h``.
     sliding_window: Keys a ``sliding_attention`` layer attends to.
