@@ -15,10 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.calibration_kernels import _DTYPE
-from benchmarks.calibration_kernels import _check_positive_int
-from benchmarks.calibration_kernels import _check_timing
-from benchmarks.calibration_kernels import _median_call_s
+from benchmarks.calibration_kernels import DTYPE
+from benchmarks.calibration_kernels import check_positive_int
+from benchmarks.calibration_kernels import check_timing
+from benchmarks.calibration_kernels import median_call_s
 
 
 def _decode_batches(batches) -> list[int]:
@@ -27,7 +27,7 @@ def _decode_batches(batches) -> list[int]:
   if not batches:
     raise ValueError(f"decode_batches={batches!r} must not be empty")
   for batch in batches:
-    _check_positive_int("decode_batches", batch)
+    check_positive_int("decode_batches", batch)
   return batches
 
 
@@ -57,7 +57,7 @@ class DecoderConfig:
 
   def __post_init__(self):
     for field in dataclasses.fields(self):
-      _check_positive_int(field.name, getattr(self, field.name))
+      check_positive_int(field.name, getattr(self, field.name))
     if self.n_heads % self.n_kv_heads:
       raise ValueError(
           f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads}")
@@ -73,7 +73,7 @@ class DecoderConfig:
   @property
   def kv_bytes_per_token(self) -> int:
     """Bytes of keys and values cached per token, all layers."""
-    itemsize = jnp.dtype(_DTYPE).itemsize
+    itemsize = jnp.dtype(DTYPE).itemsize
     return 2 * self.n_layers * self.n_kv_heads * self.head_dim * itemsize
 
   @property
@@ -99,7 +99,7 @@ def init_decoder(key: jax.Array, config: DecoderConfig) -> dict[str, Any]:
 
   def dense(key, fan_in, fan_out):
     w = jax.random.normal(key, (fan_in, fan_out), jnp.float32)
-    return (w / math.sqrt(fan_in)).astype(_DTYPE)
+    return (w / math.sqrt(fan_in)).astype(DTYPE)
 
   d, hd = config.d_model, config.head_dim
   keys = jax.random.split(key, config.n_layers + 2)
@@ -107,30 +107,30 @@ def init_decoder(key: jax.Array, config: DecoderConfig) -> dict[str, Any]:
   for layer_key in keys[:-2]:
     k = jax.random.split(layer_key, 7)
     layers.append({
-        "attn_norm": jnp.ones((d,), _DTYPE),
+        "attn_norm": jnp.ones((d,), DTYPE),
         "wq": dense(k[0], d, config.n_heads * hd),
         "wk": dense(k[1], d, config.n_kv_heads * hd),
         "wv": dense(k[2], d, config.n_kv_heads * hd),
         "wo": dense(k[3], config.n_heads * hd, d),
-        "mlp_norm": jnp.ones((d,), _DTYPE),
+        "mlp_norm": jnp.ones((d,), DTYPE),
         "w_gate": dense(k[4], d, config.d_ff),
         "w_up": dense(k[5], d, config.d_ff),
         "w_down": dense(k[6], config.d_ff, d),
     })
   return {
       "embed": jax.random.normal(keys[-2], (config.vocab_size, d),
-                                 jnp.float32).astype(_DTYPE),
+                                 jnp.float32).astype(DTYPE),
       "layers": layers,
-      "final_norm": jnp.ones((d,), _DTYPE),
+      "final_norm": jnp.ones((d,), DTYPE),
       "lm_head": dense(keys[-1], d, config.vocab_size),
   }
 
 
 def init_kv_cache(config: DecoderConfig, batch: int) -> list[dict[str, Any]]:
   """Zero KV cache: per layer `k`, `v` of shape `[batch, T, n_kv, head_dim]`."""
-  _check_positive_int("batch", batch)
+  check_positive_int("batch", batch)
   shape = (batch, config.context_len, config.n_kv_heads, config.head_dim)
-  return [{"k": jnp.zeros(shape, _DTYPE), "v": jnp.zeros(shape, _DTYPE)}
+  return [{"k": jnp.zeros(shape, DTYPE), "v": jnp.zeros(shape, DTYPE)}
           for _ in range(config.n_layers)]
 
 
@@ -179,7 +179,7 @@ def decode_step(params: dict[str, Any], cache: list[dict[str, Any]],
     scores = jnp.einsum("bngh,btnh->bngt", q, k,
                         preferred_element_type=jnp.float32) / math.sqrt(hd)
     scores = jnp.where(visible[None, None, None, :], scores, -jnp.inf)
-    weights = jax.nn.softmax(scores, axis=-1).astype(_DTYPE)
+    weights = jax.nn.softmax(scores, axis=-1).astype(DTYPE)
     attn = jnp.einsum("bngt,btnh->bngh", weights, v)
     x = x + attn.reshape(batch, config.n_heads * hd) @ layer["wo"]
     h = _rms_norm(x, layer["mlp_norm"])
@@ -206,7 +206,7 @@ def measure_decode(config: DecoderConfig, batches: Sequence[int], *,
     config: Model dimensions.
     batches: Batch sizes (sequences per step).
     repeats: Timed repeats per batch size; the median is reported.
-    min_repeat_s: Minimum duration of one repeat, see `_median_call_s`.
+    min_repeat_s: Minimum duration of one repeat, see `median_call_s`.
     seed: PRNG seed for the weights.
 
   Returns:
@@ -218,11 +218,11 @@ def measure_decode(config: DecoderConfig, batches: Sequence[int], *,
     ValueError: If `batches` is empty or holds a non-positive entry, or
       `repeats` is invalid.
   """
-  _check_timing(repeats, min_repeat_s)
+  check_timing(repeats, min_repeat_s)
   batches = _decode_batches(batches)
   params = init_decoder(jax.random.key(seed), config)
   step = jax.jit(decode_step, static_argnames="config", donate_argnums=1)
-  itemsize = jnp.dtype(_DTYPE).itemsize
+  itemsize = jnp.dtype(DTYPE).itemsize
   embed_params = config.vocab_size * config.d_model
   pos = jnp.asarray(config.context_len - 1, jnp.int32)
   records = []
@@ -235,7 +235,7 @@ def measure_decode(config: DecoderConfig, batches: Sequence[int], *,
                                     config=config)
       return logits, state["cache"]
 
-    seconds = _median_call_s(call, repeats, min_repeat_s)
+    seconds = median_call_s(call, repeats, min_repeat_s)
     del state["cache"]
     flops = batch * config.flops_per_token
     weight_bytes = ((config.n_params - embed_params) + batch * config.d_model
@@ -288,7 +288,7 @@ def measure_decode_loop(config: DecoderConfig, batches: Sequence[int], *,
     ValueError: If `batches` is empty or holds a non-positive entry, or
       `steps_per_batch` is not a positive int.
   """
-  _check_positive_int("steps_per_batch", steps_per_batch)
+  check_positive_int("steps_per_batch", steps_per_batch)
   batches = sorted(_decode_batches(batches), reverse=True)
   params = init_decoder(jax.random.key(seed), config)
   step = jax.jit(decode_step, static_argnames="config", donate_argnums=1)
@@ -348,9 +348,9 @@ def fit_step_overhead(records: Sequence[dict[str, Any]]) -> dict[str, float]:
 def decoder_summary(config: DecoderConfig) -> dict[str, Any]:
   """Model dimensions and derived sizes, as recorded under `decode_model`."""
   return {
-      **dataclasses.asdict(config), "dtype": jnp.dtype(_DTYPE).name,
+      **dataclasses.asdict(config), "dtype": jnp.dtype(DTYPE).name,
       "n_params": config.n_params,
-      "param_bytes": config.n_params * jnp.dtype(_DTYPE).itemsize,
+      "param_bytes": config.n_params * jnp.dtype(DTYPE).itemsize,
       "kv_bytes_per_token": config.kv_bytes_per_token,
       "flops_per_token": config.flops_per_token,
   }

@@ -14,22 +14,22 @@ from absl import logging
 import jax
 import jax.numpy as jnp
 
-_DTYPE = jnp.bfloat16
+DTYPE = jnp.bfloat16
 _MAX_CALLS_PER_REPEAT = 1000
 
 
-def _check_positive_int(name: str, value: Any) -> None:
+def check_positive_int(name: str, value: Any) -> None:
   if isinstance(value, bool) or not isinstance(value, int) or value < 1:
     raise ValueError(f"{name}={value!r} must be a positive int")
 
 
-def _check_timing(repeats: int, min_repeat_s: float) -> None:
-  _check_positive_int("repeats", repeats)
+def check_timing(repeats: int, min_repeat_s: float) -> None:
+  check_positive_int("repeats", repeats)
   if not min_repeat_s >= 0:
     raise ValueError(f"min_repeat_s={min_repeat_s!r} must be >= 0")
 
 
-def _median_call_s(call: Callable[[], Any], repeats: int,
+def median_call_s(call: Callable[[], Any], repeats: int,
                    min_repeat_s: float) -> float:
   """Median seconds per `call()` after a warm-up call.
 
@@ -68,7 +68,7 @@ def measure_matmul(shapes_mnk: Sequence[tuple[int, int, int]], *,
   Args:
     shapes_mnk: The `(m, n, k)` shapes to time.
     repeats: Timed repeats per shape; the median is reported.
-    min_repeat_s: Minimum duration of one repeat, see `_median_call_s`.
+    min_repeat_s: Minimum duration of one repeat, see `median_call_s`.
     peak_flops_per_s: Peak to report `fraction_of_peak` against, or None.
     seed: PRNG seed for the operands.
 
@@ -79,7 +79,7 @@ def measure_matmul(shapes_mnk: Sequence[tuple[int, int, int]], *,
   Raises:
     ValueError: If a dimension, `repeats` or `peak_flops_per_s` is invalid.
   """
-  _check_timing(repeats, min_repeat_s)
+  check_timing(repeats, min_repeat_s)
   if peak_flops_per_s is not None and not peak_flops_per_s > 0:
     raise ValueError(f"peak_flops_per_s={peak_flops_per_s!r} must be > 0")
   shapes_mnk = [tuple(s) for s in shapes_mnk]
@@ -87,20 +87,20 @@ def measure_matmul(shapes_mnk: Sequence[tuple[int, int, int]], *,
     if len(shape) != 3:
       raise ValueError(f"shapes_mnk entry {shape!r} must be (m, n, k)")
     for name, value in zip("mnk", shape, strict=True):
-      _check_positive_int(name, value)
+      check_positive_int(name, value)
   dot = jax.jit(jnp.dot)
   key = jax.random.key(seed)
   records = []
   for m, n, k in shapes_mnk:
     key_a, key_b, key = jax.random.split(key, 3)
-    a = jax.random.normal(key_a, (m, k), _DTYPE)
-    b = jax.random.normal(key_b, (k, n), _DTYPE)
-    seconds = _median_call_s(lambda a=a, b=b: dot(a, b), repeats, min_repeat_s)
+    a = jax.random.normal(key_a, (m, k), DTYPE)
+    b = jax.random.normal(key_b, (k, n), DTYPE)
+    seconds = median_call_s(lambda a=a, b=b: dot(a, b), repeats, min_repeat_s)
     flops = 2 * m * n * k
     logging.info("matmul m=%d n=%d k=%d: %.3g s, %.3g FLOP/s", m, n, k,
                  seconds, flops / seconds)
     records.append({
-        "m": m, "n": n, "k": k, "dtype": jnp.dtype(_DTYPE).name,
+        "m": m, "n": n, "k": k, "dtype": jnp.dtype(DTYPE).name,
         "out_dtype": jnp.dtype(jax.eval_shape(dot, a, b).dtype).name,
         "flops": flops, "seconds": seconds, "flops_per_s": flops / seconds,
         "fraction_of_peak": (None if peak_flops_per_s is None else
@@ -133,7 +133,7 @@ def measure_hbm(sizes_bytes: Sequence[int], *, repeats: int = 5,
   Args:
     sizes_bytes: Input array sizes; each a positive multiple of 2 bytes.
     repeats: Timed repeats per size; the median is reported.
-    min_repeat_s: Minimum duration of one repeat, see `_median_call_s`.
+    min_repeat_s: Minimum duration of one repeat, see `median_call_s`.
     kernels: Names from `scale` (`x * 2`) and `sum` (`jnp.sum(x)`).
 
   Returns:
@@ -143,10 +143,10 @@ def measure_hbm(sizes_bytes: Sequence[int], *, repeats: int = 5,
   Raises:
     ValueError: If a size, kernel name or `repeats` is invalid.
   """
-  _check_timing(repeats, min_repeat_s)
-  itemsize = jnp.dtype(_DTYPE).itemsize
+  check_timing(repeats, min_repeat_s)
+  itemsize = jnp.dtype(DTYPE).itemsize
   for size in sizes_bytes:
-    _check_positive_int("sizes_bytes", size)
+    check_positive_int("sizes_bytes", size)
     if size % itemsize:
       raise ValueError(f"sizes_bytes={size} must be a multiple of {itemsize}")
   for name in kernels:
@@ -156,17 +156,17 @@ def measure_hbm(sizes_bytes: Sequence[int], *, repeats: int = 5,
   for size in sizes_bytes:
     n = size // itemsize
     shape = (n // 1024, 1024) if n % 1024 == 0 else (n,)  # Keep dims < 2**31.
-    x = jnp.ones(shape, _DTYPE)
+    x = jnp.ones(shape, DTYPE)
     for name in kernels:
       fn = jax.jit(_HBM_KERNELS[name])
       out = jax.eval_shape(fn, x)
       bytes_written = math.prod(out.shape) * jnp.dtype(out.dtype).itemsize
-      seconds = _median_call_s(lambda fn=fn, x=x: fn(x), repeats, min_repeat_s)
+      seconds = median_call_s(lambda fn=fn, x=x: fn(x), repeats, min_repeat_s)
       bytes_moved = x.nbytes + bytes_written
       logging.info("hbm %s %d bytes: %.3g s, %.3g bytes/s", name, x.nbytes,
                    seconds, bytes_moved / seconds)
       records.append({
-          "kernel": name, "n_elements": n, "dtype": jnp.dtype(_DTYPE).name,
+          "kernel": name, "n_elements": n, "dtype": jnp.dtype(DTYPE).name,
           "bytes_read": x.nbytes, "bytes_written": bytes_written,
           "bytes_moved": bytes_moved, "seconds": seconds,
           "bytes_per_s": bytes_moved / seconds,

@@ -114,8 +114,8 @@ from benchmarks.calibration_decoder import init_decoder
 from benchmarks.calibration_decoder import init_kv_cache
 from benchmarks.calibration_decoder import measure_decode
 from benchmarks.calibration_decoder import measure_decode_loop
-from benchmarks.calibration_kernels import _check_positive_int
-from benchmarks.calibration_kernels import _check_timing
+from benchmarks.calibration_kernels import check_positive_int
+from benchmarks.calibration_kernels import check_timing
 from benchmarks.calibration_kernels import measure_hbm
 from benchmarks.calibration_kernels import measure_matmul
 
@@ -142,7 +142,7 @@ _QUICK_DECODE_BATCHES = (1, 2, 4)
 
 def hbm_sizes_bytes(min_bytes: int, max_bytes: int) -> list[int]:
   """Powers-of-two ladder `min_bytes * 2**i` up to `max_bytes` inclusive."""
-  _check_positive_int("max_hbm_bytes", max_bytes)
+  check_positive_int("max_hbm_bytes", max_bytes)
   if max_bytes < min_bytes:
     raise ValueError(f"max_hbm_bytes={max_bytes} must be >= {min_bytes}")
   sizes = [min_bytes]
@@ -177,7 +177,7 @@ def run_all(*, quick: bool = False, repeats: int | None = None,
   repeats = (3 if quick else 5) if repeats is None else repeats
   min_repeat_s = (0.002 if quick else 0.02) if min_repeat_s is None else (
       min_repeat_s)
-  _check_timing(repeats, min_repeat_s)
+  check_timing(repeats, min_repeat_s)
   if peak_flops_per_s is not None and not peak_flops_per_s > 0:
     raise ValueError(f"peak_flops_per_s={peak_flops_per_s!r} must be > 0")
   if max_hbm_bytes is None:
@@ -190,10 +190,10 @@ def run_all(*, quick: bool = False, repeats: int | None = None,
   if not decode_batches:
     raise ValueError(f"decode_batches={decode_batches!r} must not be empty")
   for batch in decode_batches:
-    _check_positive_int("decode_batches", batch)
+    check_positive_int("decode_batches", batch)
   decoder = QUICK_DECODER if quick else FULL_DECODER
   if decode_context_len is not None:
-    _check_positive_int("decode_context_len", decode_context_len)
+    check_positive_int("decode_context_len", decode_context_len)
     decoder = dataclasses.replace(decoder, context_len=decode_context_len)
   ms, kns = ((_QUICK_MATMUL_M, _QUICK_MATMUL_KN) if quick else
              (_FULL_MATMUL_M, _FULL_MATMUL_KN))

@@ -67,14 +67,14 @@ _VARIANTS = (
 )
 
 
-def _space():
+def benchmark_space():
   import search  # pylint: disable=g-import-not-at-top
   return search.SpaceOptions(max_pp=4, micro_batches=(1, 2, 4, 8, 16), engine_max_pp=2,
                              memory_fractions=(0.5, 0.6, 0.7, 0.8, 0.9),
                              max_seqs=(64, 256, 1024, 4096))
 
 
-def _headline_job(name: str):
+def headline_job_of(name: str):
   import costmodel as cm  # pylint: disable=g-import-not-at-top
   if name == "grpo-7b-64":
     job = cm.RLJob("grpo", cm.models.get("qwen2.5-7b"), prompts_per_step=512.0,
@@ -98,7 +98,7 @@ def _headline_job(name: str):
 def _headline_child(name: str, starts: int, steps: int) -> None:
   """Runs in a fresh process: cold search, warm search, rules; prints JSON."""
   import search  # pylint: disable=g-import-not-at-top
-  job, cluster = _headline_job(name)
+  job, cluster = headline_job_of(name)
   t0 = time.perf_counter()
   # A cold process without the persistent cache: compilation included.
   res = search.optimize(job, cluster, starts=starts, steps=steps, seed=0,
@@ -160,7 +160,7 @@ def _throughput() -> list[tuple]:
   from search._src import space as space_lib  # pylint: disable=g-import-not-at-top
   from search._src import stage_tables  # pylint: disable=g-import-not-at-top
   from search._src import valid_space  # pylint: disable=g-import-not-at-top
-  job, cluster = _headline_job("grpo-7b-64")
+  job, cluster = headline_job_of("grpo-7b-64")
   ppo = cm.RLJob("ppo", cm.models.get("qwen2.5-7b"), prompts_per_step=512.0,
                  samples_per_prompt=8.0, reward_model=cm.models.get("qwen2.5-1.5b"))
   rows = []
@@ -169,7 +169,7 @@ def _throughput() -> list[tuple]:
                         ("GRPO 7B, split_async", job, "split_async"),
                         ("GRPO 7B, split_async_partial", job, "split_async_partial"),
                         ("PPO 7B + 1.5B RM, split3", ppo, "split3")):
-    fs = space_lib.build(fam, j, cluster, _space())
+    fs = space_lib.build(fam, j, cluster, benchmark_space())
     blocks = valid_space.Blocks(fs)
     p = int(np.argmax(blocks.counts))
     n = min(262_144, int(blocks.counts[p]) // 16384 * 16384)
@@ -192,7 +192,7 @@ def _throughput() -> list[tuple]:
   return rows
 
 
-def _problems(quick: bool):
+def benchmark_problems(quick: bool):
   import costmodel as cm  # pylint: disable=g-import-not-at-top
   out = []
   structures = _STRUCTURES[:2] if quick else _STRUCTURES
@@ -210,10 +210,10 @@ def _problems(quick: bool):
 
 def _quality(quick: bool) -> list[dict]:
   import search  # pylint: disable=g-import-not-at-top
-  space = _space()
+  space = benchmark_space()
   rows = []
   previous = None
-  for label, job, cluster in _problems(quick):
+  for label, job, cluster in benchmark_problems(quick):
     structure = (job.actor.name, job.algorithm, cluster.n_gpus)
     if structure != previous:
       # Every compiled executable keeps its code mapped; release those of the
@@ -349,12 +349,12 @@ def main(argv):
     return 0
   if _LARGE_JOB.value:
     if _LARGE_METHOD.value == "bound":
-      out = search_large.bounds_child(_LARGE_JOB.value, _headline_job)
+      out = search_large.bounds_child(_LARGE_JOB.value, headline_job_of)
     elif _LARGE_METHOD.value:
       out = search_large.cold_child(_LARGE_JOB.value, _LARGE_METHOD.value, _LARGE_SEED.value,
-                                    _LARGE_BUDGET.value, _headline_job)
+                                    _LARGE_BUDGET.value, headline_job_of)
     else:
-      out = search_large.warm_child(_LARGE_JOB.value, _LARGE_SEEDS.value, _headline_job)
+      out = search_large.warm_child(_LARGE_JOB.value, _LARGE_SEEDS.value, headline_job_of)
     print(json.dumps(out))
     return 0
   if _LARGE.value:

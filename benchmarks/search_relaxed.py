@@ -53,8 +53,8 @@ def _job(name: str):
                    response=cm.ResponseLength.from_mean_max(mean, longest))
     return job, cm.Cluster(cm.hardware.get("H100"), gpus_per_node=8, nodes=gpus // 8)
   if name == "grpo-7b-64":
-    return search_benchmark._headline_job(name)  # pylint: disable=protected-access
-  return search_large.job(name, search_benchmark._headline_job)  # pylint: disable=protected-access
+    return search_benchmark.headline_job_of(name)
+  return search_large.job(name, search_benchmark.headline_job_of)
 
 
 def _timed(job, cluster, **kw):
@@ -85,12 +85,12 @@ def _jobs(names, seeds: int) -> None:
 
 def _enumerable() -> None:
   import search  # pylint: disable=g-import-not-at-top
-  space = search_benchmark._space()  # pylint: disable=protected-access
+  space = search_benchmark.benchmark_space()
   print("| problem | optimum (s) | gap with | gap without | with: warm wall (s) | without: "
         "warm wall (s) |\n|---|---:|---:|---:|---:|---:|", flush=True)
   gaps = {"on": [], "off": []}
   previous = None
-  for label, job, cluster in search_benchmark._problems(False):  # pylint: disable=protected-access
+  for label, job, cluster in search_benchmark.benchmark_problems(False):
     structure = (job.actor.name, job.algorithm, cluster.n_gpus)
     if structure != previous:
       jax.clear_caches()

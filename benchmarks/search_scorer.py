@@ -48,7 +48,7 @@ def _shared_space(name: str):
   from search._src import frameworks  # pylint: disable=g-import-not-at-top
   from search._src import shared  # pylint: disable=g-import-not-at-top
   from search._src import space as space_lib  # pylint: disable=g-import-not-at-top
-  job, cluster = search_benchmark._headline_job(name)
+  job, cluster = search_benchmark.headline_job_of(name)
   fw = frameworks.get("any")
   options = space_lib.SpaceOptions()
   spaces = [fw.build(fam, job, cluster, options, prec)
@@ -90,7 +90,7 @@ def _sweeps(space, chunk: int) -> list[np.ndarray]:
 def _row_by_row(space, job, cluster, eff, values):
   """The ranking program costing every stage on every row (no factoring), for comparison."""
   from search._src import shared  # pylint: disable=g-import-not-at-top
-  out = jax.vmap(lambda v: shared._estimated(space, job, cluster, eff, v))(values)
+  out = jax.vmap(lambda v: shared.estimated(space, job, cluster, eff, v))(values)
   return shared.picked(space, values, *zip(*out))
 
 

@@ -62,9 +62,9 @@ def _row(job, cluster, space, settings) -> dict:
 def main(argv):
   del argv
   settings = [(int(a), int(n)) for a in _STARTS_COUNTS.value for n in _STEP_COUNTS.value]
-  space = search_benchmark._space()  # pylint: disable=protected-access
+  space = search_benchmark.benchmark_space()
   rows, previous = [], None
-  for label, job, cluster in search_benchmark._problems(False)[:_PROBLEMS.value]:  # pylint: disable=protected-access
+  for label, job, cluster in search_benchmark.benchmark_problems(False)[:_PROBLEMS.value]:
     structure = (job.actor.name, job.algorithm, cluster.n_gpus)
     if structure != previous:
       jax.clear_caches()  # as the benchmark does: compiled code stays mapped otherwise

@@ -190,7 +190,7 @@ def _excess(shared: SharedSpace, job, cluster, v, ests) -> tuple:
                for fs, cols, est in zip(shared.spaces, shared.columns, ests, strict=True))
 
 
-def _estimated(shared: SharedSpace, job, cluster, eff, v):
+def estimated(shared: SharedSpace, job, cluster, eff, v):
   """Every family's ``(Estimate, memory excess)`` of one row (only the row's
   own family's is its estimate)."""
   ests = cmi.estimate_shared(job, *plans_of(shared, v), cluster, eff, tau=0.0)
@@ -205,7 +205,7 @@ def _estimated(shared: SharedSpace, job, cluster, eff, v):
 def estimates(shared: SharedSpace, job, cluster, eff, values):
   """Exact estimates and memory excess of rows [N, U + 1] of ``shared``, one
   ``(Estimate, excess)`` per family (the row's own family's is its estimate)."""
-  return jax.vmap(lambda v: _estimated(shared, job, cluster, eff, v))(values)
+  return jax.vmap(lambda v: estimated(shared, job, cluster, eff, v))(values)
 
 
 # What the discrete phases read of every row, without the rest of the estimates
