@@ -16,7 +16,7 @@ import re
 # it compiles them with XLA's classic CPU emitters, which halve an eager
 # estimate's first call and cut the suite's time by about a seventh.
 # Compile-time only: results agree to float32 rounding, and programs compiled
-# with options of their own (the search's, :mod:`cmi.xla_options`) keep
+# with options of their own (the search's, :mod:`costmodel.internal.xla_options`) keep
 # them. Set here,
 # before JAX creates its CPU client; subprocesses (the command-line tests, the
 # notebook kernels) inherit it.
