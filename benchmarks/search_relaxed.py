@@ -5,7 +5,7 @@ times ``search.optimize(relaxed="on")`` and ``relaxed="off"`` (warm) and
 prints the best step time each found; with ``--enumerable``, the 24
 enumerable problems of ``search_benchmark`` (every mode allowed), each
 variant's gap to the exhaustive optimum. ``optimize``'s ``relaxed="auto"``
-rule (:data:`search._src.optimize.RELAX_MIN_PLANS`) rests on these figures.
+rule (:data:`search._src.methods.gradient.RELAX_MIN_PLANS`) rests on these figures.
 
   python -m benchmarks.search_relaxed --seeds 4
   python -m benchmarks.search_relaxed --enumerable --ablation_jobs=

@@ -3,7 +3,8 @@
 :func:`search_family` runs one family with programs of its own;
 :func:`search_shared` runs several families of a job with one relaxed loop and
 one exact program (:mod:`search._src.shared`); both end in :func:`discrete`,
-the family's discrete phases. :mod:`search._src.optimize` ranks what they return.
+the family's discrete phases. The gradient search method
+(:mod:`search._src.methods.gradient`) runs them phase by phase.
 """
 
 from __future__ import annotations

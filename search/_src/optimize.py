@@ -1,6 +1,8 @@
 """The layout search: relax, optimise with optax, round, refine, rank.
 
-For each placement family (enumerated, see :mod:`search._src.space`):
+:func:`optimize` runs the gradient search method
+(:mod:`search._src.methods.gradient`) with :func:`search.run`. For each
+placement family (enumerated, see :mod:`search._src.space`):
 
 1. ``starts`` random starts are optimised together on the relaxed model
    (:mod:`search._src.relax`: one jitted ``lax.scan`` over Adam steps, starts
