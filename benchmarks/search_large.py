@@ -77,7 +77,9 @@ def _baseline(method: str, j, cluster, fams, budget_s: float, seed: int,
   import search  # pylint: disable=g-import-not-at-top
   takes = "tables" in inspect.signature(search.METHODS[method]).parameters
   m = search.method(method, **({"tables": tables} if takes and tables is not None else {}))
-  return _best(search.run(m, j, cluster, families=fams, budget_s=budget_s, seed=seed))
+  # Compiled anew, as the gradient search's cold runs are (no persistent cache).
+  return _best(search.run(m, j, cluster, families=fams, budget_s=budget_s, seed=seed,
+                          compilation_cache=False))
 
 
 def warm_child(name: str, seeds: int, headline) -> dict:
