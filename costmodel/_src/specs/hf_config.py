@@ -5,7 +5,8 @@ spellings and defaults follow the ``transformers`` configuration classes of
 each supported ``model_type``:
 
 - ``llama``: Llama 2 / 3 / 3.1 (and ``seed_oss``, the same keys).
-- ``qwen2``: Qwen2 and Qwen2.5 (biases on the Q, K and V projections).
+- ``qwen2``: Qwen2 and Qwen2.5 (biases on the Q, K and V projections), and
+  ``mimo`` (MiMo-7B: Qwen2's keys plus ``num_nextn_predict_layers``).
 - ``qwen3``: Qwen3 dense (no QKV bias).
 - ``qwen3_moe``: Qwen3 mixture of experts (``num_experts``,
   ``moe_intermediate_size``, ``decoder_sparse_step``, ``mlp_only_layers``).
@@ -41,7 +42,7 @@ from costmodel._src.specs.hf_reader import Reader
 from costmodel._src.specs.model import ModelSpec
 
 SUPPORTED_MODEL_TYPES = (
-    "llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "deepseek_v2",
+    "llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "mimo", "deepseek_v2",
     "deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe_lite", "glm_moe_dsa", "seed_oss",
     "minimax_m2", "opt", *hf_families.PARSERS, *hf_hybrid.PARSERS,
 )
@@ -68,6 +69,11 @@ def _qwen2(r: Reader) -> dict[str, Any]:
   if r.strict:
     r.flag("use_sliding_window")
   return dict(_llama_like(r, bias_key=False), qkv_bias=True)
+
+
+def _mimo(r: Reader) -> dict[str, Any]:
+  # MiMo: Qwen2's layout plus multi-token-prediction layers (a draft, not in the count).
+  return dict(_qwen2(r), mtp_layers=r.integer("num_nextn_predict_layers", 0, minimum=0))
 
 
 def _qwen3(r: Reader) -> dict[str, Any]:
@@ -183,6 +189,7 @@ def _opt(r: Reader) -> dict[str, Any]:
 _PARSERS = {
     "llama": _llama,
     "qwen2": _qwen2,
+    "mimo": _mimo,
     "qwen3": _qwen3,
     "qwen3_moe": _qwen3_moe,
     "mixtral": _mixtral,
