@@ -190,3 +190,19 @@ def test_areal_archon_data_parallel_is_fsdp_and_its_other_meshes_are_refused(tmp
   flat["actor"] = {**flat["actor"], "backend": "archon:d2t2"}
   with pytest.raises(ValueError, match=r"archon engine's TP, PP and EP meshes"):
     export.read_config("areal", flat, model=job.actor, response_mean=500)
+
+
+def test_areal_response_bound_takes_its_generation_defaults(tmp_path):
+  job, plan, cluster, cfg = _export("areal", lambda n, j: n == "dapo-moe/zero3/split-sync")
+  flat = {**cfg, "gconfig": {k: v for k, v in cfg["gconfig"].items() if k != "max_new_tokens"}}
+  prompt = cfg["train_dataset"]["max_length"]
+  # no max_new_tokens: GenerationHyperparameters' 16,384, within max_tokens less the prompt
+  flat["gconfig"]["max_tokens"] = prompt + 1000
+  imp = export.read_config("areal", flat, model=job.actor, response_mean=500)
+  assert float(imp.job.response.max) == 1000
+  flat["gconfig"].pop("max_tokens")  # 32,768 with the prompt
+  imp = export.read_config("areal", flat, model=job.actor, response_mean=500)
+  assert float(imp.job.response.max) == min(16384, 32768 - prompt)
+  flat["gconfig"]["max_tokens"] = prompt
+  with pytest.raises(ValueError, match=rf"gconfig.max_tokens={prompt} leaves no response"):
+    export.read_config("areal", flat, model=job.actor, response_mean=500)

@@ -158,11 +158,11 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   actor_model = importing.model_spec(g.model, "model", o.get("actor.path"))
   n = number(o, "gconfig.n_samples", FW, 1)
   use_ref = "ref.backend" in o
-  job = importing.build_job(FW, g, algorithm, actor_model, prompts, n,
-                            number(o, "train_dataset.max_length", FW)
-                            if o.get("train_dataset.max_length") is not None else
-                            importing.unstated_prompt(g, "no train_dataset.max_length", notes),
-                            number(o, "gconfig.max_new_tokens", FW),
+  prompt = (number(o, "train_dataset.max_length", FW)
+            if o.get("train_dataset.max_length") is not None else
+            importing.unstated_prompt(g, "no train_dataset.max_length", notes))
+  job = importing.build_job(FW, g, algorithm, actor_model, prompts, n, prompt,
+                            _max_new_tokens(o, prompt),
                             number(o, "actor.ppo_n_minibatches", FW, 1), 1, use_ref, reward=False)
   samples = prompts * n
   kind, dims = _backend(o, "rollout.backend")
@@ -195,6 +195,22 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   cluster = importing.build_cluster(g, [(nodes, per_node)])
   cm.validate_plan(job, plan, cluster)
   return importing.imported(job, plan, cluster, o, _RELEVANT, tuple(notes))
+
+
+# GenerationHyperparameters (areal/api/cli_args.py @4aef98d): max_new_tokens 16,384 by
+# default, and max_tokens (prompt and response together) 32,768.
+_GCONFIG_DEFAULTS = {"gconfig.max_new_tokens": 16384, "gconfig.max_tokens": 32768}
+
+
+def _max_new_tokens(o: dict, prompt: int) -> int:
+  """The longest response: ``gconfig.max_new_tokens``, at most ``gconfig.max_tokens`` less the
+  prompt (each at its default where the config leaves it out)."""
+  new = number(o, "gconfig.max_new_tokens", FW, _GCONFIG_DEFAULTS["gconfig.max_new_tokens"])
+  total = number(o, "gconfig.max_tokens", FW, _GCONFIG_DEFAULTS["gconfig.max_tokens"])
+  if total <= prompt:
+    raise ValueError(f"{FW}: gconfig.max_tokens={total} leaves no response after a "
+                     f"{prompt}-token prompt")
+  return min(new, total - prompt)
 
 
 # Keys a cost could depend on: set but read by no rule above, they are listed as not modelled.
