@@ -206,3 +206,17 @@ def test_areal_response_bound_takes_its_generation_defaults(tmp_path):
   flat["gconfig"]["max_tokens"] = prompt
   with pytest.raises(ValueError, match=rf"gconfig.max_tokens={prompt} leaves no response"):
     export.read_config("areal", flat, model=job.actor, response_mean=500)
+
+
+@pytest.mark.parametrize("path", ["/path/to/nemotron-super-hf-checkpoint",
+                                  "Follow instructions in docs/guides/deepseek.md"])
+def test_a_placeholder_model_path_is_refused_as_one(tmp_path, path):
+  def edit(cfg):
+    cfg["policy"]["model_name"] = path
+  with pytest.raises(ValueError, match=r"model path .* is a placeholder to fill in; give "
+                     r"model= a preset"):
+    job, _, _, cfg = _export("nemo_rl", lambda n, j: j.algorithm == "grpo")
+    cfg = dict(cfg)
+    cfg.pop("defaults", None)
+    edit(cfg)
+    export.read_config("nemo_rl", cfg, response_mean=500)

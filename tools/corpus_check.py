@@ -106,6 +106,8 @@ def _cause(why: str) -> str:
     return "architecture not in the model table"
   if "names no model path" in why:
     return "no model path"
+  if "is a placeholder to fill in" in why:
+    return "model path a placeholder"
   m = re.match(r"([^:]+: [\w.\-]+)", why)
   return _cell(m.group(1) if m else why[:60])
 

@@ -164,6 +164,10 @@ def _known_model(name: str) -> cm.ModelSpec | None:
           cm.ModelSpec.from_hf_config(name) if os.path.exists(name) else None)
 
 
+# A model path that is an instruction, not a path: words with blanks, /path/to/..., <...>.
+_PLACEHOLDER = r"\s|^/path/to/|<[^>]*>"
+
+
 def model_spec(value: Any, field: str, config_path: str | None = None) -> cm.ModelSpec:
   """A preset name, a ``config.json`` path or a ModelSpec; else the config's model path."""
   if isinstance(value, cm.ModelSpec):
@@ -177,6 +181,9 @@ def model_spec(value: Any, field: str, config_path: str | None = None) -> cm.Mod
       raise ValueError(f"{field}={value!r} is neither a preset ({presets}) nor an existing "
                        "config.json")
     return spec
+  if config_path and re.search(_PLACEHOLDER, str(config_path)):
+    raise ValueError(f"{field}: the config's model path {config_path!r} is a placeholder to "
+                     f"fill in; give {field}= a preset or a config.json (--model, --config_json)")
   if config_path:
     base = os.path.basename(str(config_path).rstrip("/")).lower()
     # a checkpoint's name less its tuning and quantization suffixes: the same architecture
