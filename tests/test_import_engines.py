@@ -167,6 +167,30 @@ def test_nemo_rl_trtllm_dynamo_and_nixl_are_read_as_their_nearest_engines(tmp_pa
   assert any("refit_transport='nixl'" in n for n in imp.not_modelled)
 
 
+def test_nemo_rl_mamba_ssm_cache_dtype_is_the_engine_state_format(tmp_path):
+  def fp32(cfg):
+    cfg["policy"]["generation"]["vllm_kwargs"]["mamba_ssm_cache_dtype"] = "float32"
+  _, imp = _nemo_rl(tmp_path, fp32)
+  assert imp.plan.engine.precision == cm.Precision(state="fp32")
+  assert not any("mamba_ssm_cache_dtype" in n for n in imp.not_modelled)
+  out = export.get("nemo_rl").to_config(imp.plan, imp.job, imp.cluster)
+  assert out["policy"]["generation"]["vllm_kwargs"]["mamba_ssm_cache_dtype"] == "float32"
+
+  def trtllm(cfg):
+    g = cfg["policy"]["generation"]
+    g["backend"] = "trtllm"
+    g["trtllm_cfg"] = {"tensor_parallel_size": 2, "gpu_memory_utilization": 0.6,
+                       "max_batch_size": 128}
+    g["trtllm_kwargs"] = {"kv_cache_config": {"mamba_ssm_cache_dtype": "float32"}}
+  _, imp = _nemo_rl(tmp_path, trtllm)
+  assert imp.plan.engine.precision.state == "fp32"
+
+  def bad(cfg):
+    cfg["policy"]["generation"]["vllm_kwargs"]["mamba_ssm_cache_dtype"] = "fp64"
+  with pytest.raises(ValueError, match=r"vllm_kwargs.mamba_ssm_cache_dtype='fp64' is not one of"):
+    _nemo_rl(tmp_path, bad)
+
+
 def test_slime_blockwise_fp8_and_a_refused_format(tmp_path):
   job, plan, cluster, settings = _export("slime", lambda n, j: True)
   argv = [a for a in settings["argv"]]

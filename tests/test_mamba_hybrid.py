@@ -127,6 +127,29 @@ def test_lora_attention_targets_only_the_attention_blocks():
   assert lora_lib.adapter_params(nano, lora) == 6 * per_layer
 
 
+def test_float32_ssm_state_doubles_the_state_not_the_conv_or_kv(cluster_2x8):
+  # vLLM's mamba_ssm_cache_dtype="float32": the H P N state at 4 bytes, the rest at BF16.
+  nano = cm.models.from_hf_id(NANO)
+  state, conv, kv = 64 * 64 * 128, 3 * (4096 + 2 * 8 * 128) * 2, 6 * 2 * 2 * 128 * 2
+  fp32 = cm.Engine(tp=4.0, precision=cm.Precision(state="fp32"))
+  got = kv_state.seq_cache_bytes_per_gpu(nano, fp32, 2.0, 1000.0)
+  assert float(got) == pytest.approx(kv * 1000.0 / 2.0 + 23 * (4 * state + conv) / 4.0, rel=1e-3)
+  read = kv_state.kv_read_bytes_per_gpu(nano, fp32, 2.0, 1000.0)
+  assert float(read) == pytest.approx(kv * 1000.0 / 2.0 + 2 * 23 * (4 * state + conv) / 4.0,
+                                      rel=1e-3)
+  # The engine's concurrency is its cache budget over a sequence's cache: fewer sequences.
+  job = cm.RLJob("grpo", nano, prompts_per_step=1024.0, samples_per_prompt=16.0,
+                 prompt_len=1024.0, response=cm.ResponseLength.from_mean_max(4000.0, 8192.0))
+  engines = [cm.Engine(tp=2.0, memory_fraction=0.9, max_seqs=1e5, precision=cm.Precision(**p))
+             for p in ({}, {"state": "fp32"})]
+  c_auto, c_fp32 = (float(gen_lib.generate(nano, job, e, 2.0, cluster_2x8, EFF)
+                          .extras["concurrency"]) for e in engines)
+  seq = [float(kv_state.seq_cache_bytes_per_gpu(nano, e, 2.0, 1024.0 + 4000.0)) for e in engines]
+  assert c_fp32 / c_auto == pytest.approx(seq[0] / seq[1], rel=1e-2) and c_fp32 < c_auto
+  with pytest.raises(ValueError, match=r"state='fp64'"):
+    cm.Precision(state="fp64")
+
+
 def test_hybrid_engine_holds_more_sequences_than_its_full_attention_twin(cluster_2x8):
   nano = cm.models.from_hf_id(NANO)
   twin = nano.replace(name="twin", layer_types=tuple(

@@ -165,7 +165,8 @@ class Concrete:
 
 # Settings a framework may lack a key for; an exporter names the ones it writes in
 # ``concrete(..., supports=...)`` and every other one refuses when not at its default.
-FEATURES = ("etp", "train_precision", "engine_precision", "dp_attention", "staleness_threshold",
+FEATURES = ("etp", "train_precision", "engine_precision", "engine_state_precision",
+            "dp_attention", "staleness_threshold",
             "require_batches", "rollout_log_probs", "speculative")
 
 
@@ -208,7 +209,11 @@ def check_supported(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster, framework
       if lay.precision != BF16 and "train_precision" not in supports:
         refuse(framework, f"{where}.precision", lay.precision)
   e = plan.engine
-  if e.precision != BF16 and "engine_precision" not in supports:
+  if e.precision.state is not None and "engine_state_precision" not in supports:
+    refuse(framework, "engine.precision.state", e.precision.state,
+           "the Mamba state format has no key here (the KV cache's format applies)")
+  if (dataclasses.replace(e.precision, state=None) != BF16
+      and "engine_precision" not in supports):
     refuse(framework, "engine.precision", e.precision)
   if e.dp_attention and "dp_attention" not in supports:
     refuse(framework, "engine.dp_attention", True)
@@ -296,7 +301,7 @@ def concrete(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster, framework: str,
 def kv_cache_dtype(framework: str, precision: cm.Precision, key: str) -> str | None:
   """SGLang's ``kv_cache_dtype`` for an engine's precision: ``fp8_e4m3`` for an FP8 KV
   cache, None for the job's; refuses weight or GEMM formats (no key here)."""
-  if precision.weights is not None or precision.compute != "bf16":
+  if precision.weights is not None or precision.compute != "bf16" or precision.state is not None:
     refuse(framework, "engine.precision", precision, f"only the KV-cache format has a key "
             f"({key})")
   if precision.kv not in (None, "fp8"):

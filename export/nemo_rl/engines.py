@@ -27,6 +27,8 @@ the sparse delta transports are costed as ``bucketed`` and noted.
 
 from __future__ import annotations
 
+import dataclasses
+
 import costmodel as cm
 from export._src import engine_kinds
 from export._src import importing
@@ -113,7 +115,21 @@ def _vllm(o: dict, g: importing.Given, notes: list[str]) -> cm.Engine:
       # vLLM; unset, it is on for compute capability >= 8 (every accelerator preset)
       prefix_caching=flag(o, f"{v}.enable_prefix_caching", FW, True),
       cuda_graphs=not flag(o, f"{v}.enforce_eager", FW, False),
-      precision=_vllm_precision(o))
+      precision=dataclasses.replace(
+          _vllm_precision(o), state=state_format(o, f"{G}.vllm_kwargs.mamba_ssm_cache_dtype")))
+
+
+# mamba_ssm_cache_dtype: auto (the KV cache's format) or a dtype name (vLLM, TensorRT-LLM)
+_STATE_DTYPES = {"auto": None, "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def state_format(o: dict, key: str) -> str | None:
+  """The recurrent-state format ``mamba_ssm_cache_dtype`` at ``key`` sets (``Precision.state``):
+  ``float32`` holds the Mamba SSM state at 4 bytes an element; unset or ``auto``, the KV's."""
+  value = o.get(key, "auto")
+  if value not in _STATE_DTYPES:
+    raise ValueError(f"{FW}: {key}={value!r} is not one of {list(_STATE_DTYPES)}")
+  return _STATE_DTYPES[value]
 
 
 def _vllm_precision(o: dict) -> cm.Precision:
@@ -163,9 +179,10 @@ def _trtllm(o: dict, g: importing.Given, notes: list[str]) -> cm.Engine:
                f"{tp} (TensorRT-LLM's kernels not modelled); {c}.gpu_memory_utilization="
                f"{fraction:g} (TensorRT-LLM's share of the memory left after the weights) costed "
                "as a share of all memory")
+  state = state_format(o, f"{G}.trtllm_kwargs.kv_cache_config.mamba_ssm_cache_dtype")
   return cm.Engine(tp=float(tp), ep=float(ep), memory_fraction=float(fraction),
                    max_seqs=float(number(o, f"{c}.max_batch_size", FW)),
-                   prefix_caching=False, cuda_graphs=True)
+                   prefix_caching=False, cuda_graphs=True, precision=cm.Precision(state=state))
 
 
 def _megatron(o: dict, g: importing.Given, model: cm.ModelSpec, policy: cm.Parallel,

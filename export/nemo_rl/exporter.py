@@ -173,7 +173,8 @@ def to_nemo_rl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
   if backend not in (None, "dtensor", "megatron"):
     raise ValueError(f"to_nemo_rl: backend={backend!r} is not one of (None, 'dtensor', 'megatron')")
   c = concrete(plan, job, cluster, _FW, rule_set="nemo_rl",
-               supports=frozenset({"etp", "train_precision", "speculative"}))
+               supports=frozenset({"etp", "train_precision", "speculative",
+                                   "engine_state_precision"}))
   refuse_remax(_FW, c, "grpo.adv_estimator has grpo and reinforce_plus_plus, "
                "ppo.adv_estimator gae")
   ppo = c.algorithm == "ppo"
@@ -248,6 +249,10 @@ def to_nemo_rl(plan: cm.Plan, job: cm.RLJob, cluster: cm.Cluster,
   if backend == "megatron" and rm_base:
     policy["optimizer"] = None
   vllm_kwargs: dict[str, Any] = {"max_num_seqs": e.max_seqs}
+  state = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(
+      plan.engine.precision.state)
+  if state is not None:  # vllm_worker.py passes vllm_kwargs to vLLM whole
+    vllm_kwargs["mamba_ssm_cache_dtype"] = state
   if plan.engine.speculative is not None:  # vllm_worker.py passes vllm_kwargs to vLLM whole
     vllm_kwargs["speculative_config"] = {
         k.rsplit(".", 1)[1]: v

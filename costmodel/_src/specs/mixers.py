@@ -92,7 +92,8 @@ def state_bytes_per_seq(model: ModelSpec, bytes_per_element: float = 2.0,
 
   Recurrent state (Gated DeltaNet: ``v_heads d_k d_v`` elements; Mamba-2:
   ``H P N``) at ``state_bytes``, by default the cache's precision, as vLLM's
-  ``mamba_ssm_cache_dtype="auto"`` keeps it, plus the convolution's
+  ``mamba_ssm_cache_dtype="auto"`` keeps it (an engine's ``Precision.state``
+  sets another), plus the convolution's
   ``kernel - 1`` past inputs (q, k and v; Mamba-2: x, B and C).
   """
   state_bytes = bytes_per_element if state_bytes is None else state_bytes

@@ -11,7 +11,13 @@ role's training or inference phase, ``Engine.precision`` for generation):
   ``Efficiency.fp8_matmul_efficiency`` or ``fp4_matmul_efficiency``). In
   training, FP8 compute is Transformer-Engine style: BF16 weights and master
   copies, GEMM inputs cast with per-tensor scales (:func:`cast_bytes`);
-* ``kv``: KV-cache format; ``None`` keeps the job's ``kv_bytes``.
+* ``kv``: KV-cache format; ``None`` keeps the job's ``kv_bytes``;
+* ``state``: format of the recurrent state of Mamba-2 and Gated DeltaNet
+  layers (vLLM's ``mamba_ssm_cache_dtype``: ``MambaStateDtypeCalculator`` in
+  ``vllm/model_executor/layers/mamba/mamba_utils.py`` sets the SSM state's
+  dtype from it, the Gated DeltaNet state's too in the releases whose
+  ``gated_delta_net_state_dtype`` takes it); ``None`` keeps the KV format, as
+  ``"auto"`` does. The convolution state stays at the KV format.
 
 Attention cores and element-wise kernels stay in BF16.
 
@@ -40,14 +46,19 @@ class Precision:
     weights: Stored weight format, or None for the job's ``param_bytes``.
     compute: GEMM input format: ``bf16``, ``fp16``, ``fp8`` or ``fp4``.
     kv: KV-cache format, or None for the job's ``kv_bytes``.
+    state: Recurrent-state format of Mamba-2 and Gated DeltaNet layers, or
+      None for the KV format (``"fp32"``: vLLM's
+      ``mamba_ssm_cache_dtype="float32"``).
   """
 
   weights: str | None = pytree.static_field(default=None)
   compute: str = pytree.static_field(default="bf16")
   kv: str | None = pytree.static_field(default=None)
+  state: str | None = pytree.static_field(default=None)
 
   def __post_init__(self):
-    pytree.check_one_of("Precision", (*DTYPE_BYTES, None), weights=self.weights, kv=self.kv)
+    pytree.check_one_of("Precision", (*DTYPE_BYTES, None), weights=self.weights, kv=self.kv,
+                        state=self.state)
     pytree.check_one_of("Precision", COMPUTE_DTYPES, compute=self.compute)
 
 
@@ -62,6 +73,11 @@ def weight_bytes(precision: Precision, job_param_bytes: float) -> float:
 def kv_bytes(precision: Precision, job_kv_bytes: float) -> float:
   """Bytes per KV-cache element."""
   return job_kv_bytes if precision.kv is None else DTYPE_BYTES[precision.kv]
+
+
+def state_bytes(precision: Precision, kv_bytes_per_element: float) -> float:
+  """Bytes per recurrent-state element: the ``state`` format, else the KV cache's."""
+  return kv_bytes_per_element if precision.state is None else DTYPE_BYTES[precision.state]
 
 
 def peak_flops(hw: Hardware, compute: str) -> jax.Array:

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 
 from costmodel._src.ops import smooth
 from costmodel._src.specs import mixers
+from costmodel._src.specs import precision as precision_lib
 from costmodel._src.specs.layout import Engine
 from costmodel._src.specs.model import ModelSpec
 from costmodel._src.stages import speculative
@@ -50,16 +51,19 @@ def _split(model: ModelSpec, engine: Engine, total, state):
 def seq_cache_bytes_per_gpu(model: ModelSpec, engine: Engine, kv_bytes: float, length):
   """Cache bytes one GPU of the engine holds for one sequence of ``length`` tokens.
 
-  With speculative decoding the draft's KV cache per token comes on top.
+  With speculative decoding the draft's KV cache per token comes on top. The
+  recurrent state is held in the engine's state format (``Precision.state``).
   """
-  total = mixers.seq_cache_bytes(model, length, kv_bytes)
-  state = mixers.state_bytes_per_seq(model, kv_bytes)
+  state_b = precision_lib.state_bytes(engine.precision, kv_bytes)
+  total = mixers.seq_cache_bytes(model, length, kv_bytes, state_b)
+  state = mixers.state_bytes_per_seq(model, kv_bytes, state_b)
   draft = speculative.draft_kv_bytes_per_token_per_gpu(model, engine, kv_bytes) * length
   return _split(model, engine, total, state) + draft
 
 
 def kv_read_bytes_per_gpu(model: ModelSpec, engine: Engine, kv_bytes: float, context):
   """Cache bytes one GPU reads (and, for recurrent state, writes) per sequence per decode step."""
-  total = mixers.kv_read_bytes(model, context, kv_bytes)
-  state = 2.0 * mixers.state_bytes_per_seq(model, kv_bytes)
+  state_b = precision_lib.state_bytes(engine.precision, kv_bytes)
+  total = mixers.kv_read_bytes(model, context, kv_bytes, state_b)
+  state = 2.0 * mixers.state_bytes_per_seq(model, kv_bytes, state_b)
   return _split(model, engine, total, jnp.asarray(state))
