@@ -25,7 +25,7 @@ LAYERS = (
      "valid_space", "relaxed_objective", "frameworks", "kept_spaces", "sizing_relax"),
     ("exact_programs", "shared", "stage_tables", "evaluate"),
     ("relax", "shared_relax", "rounding", "block_sweep", "cut_tree", "baseline_run"),
-    ("baselines", "cut_dp", "bound", "rules", "family_search", "speculative_option", "optimize",
+    ("cut_dp", "bound", "rules", "family_search", "speculative_option", "optimize",
      "sizing", "mixed", "sizing_search", "methods"),
     ("framework_settings", "cli_help", "cli", "report", "html_report"),
 )

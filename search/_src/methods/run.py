@@ -54,7 +54,8 @@ def run(method: str | base.Method, job: cm.RLJob, cluster: cm.Cluster, *,
     efficiency: Efficiency parameters of the cost model (defaults if None).
     max_staleness: Largest staleness allowed (0: on-policy, synchronous).
     partial_rollout: Whether partial rollouts may be used.
-    progress: Show progress (a bar on a terminal; a line per family).
+    progress: Show progress (the gradient search: a bar on a terminal, a line
+      per family).
     compilation_cache: Directory of the persistent JAX compilation cache;
       None: ``$RLCOST_JAX_CACHE`` or ``~/.cache/rlcost/jax``; False: off.
 
