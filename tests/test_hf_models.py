@@ -241,3 +241,20 @@ def test_import_of_a_vision_language_run_lists_the_vision_encoder(tmp_path):
   assert got.job.actor.replace(name="") == plain.job.actor.replace(name="")
   assert "model: the vision encoder (costed as its language model)" in got.not_modelled
   assert not any(n.startswith("model:") for n in plain.not_modelled)
+
+
+@pytest.mark.parametrize("model_id, reason", [
+    ("google/gemma-4-31B-it", r"num_global_key_value_heads 4 against num_key_value_heads 16"),
+    ("/ckpt/gemma-4-E2B-it", r"last 20 of 35 layers reuse earlier layers' KV cache"),
+    ("${HDFS_ROOT}/model/DeepSeek-V4-Flash", r"first three MoE layers by token hash"),
+])
+def test_unsupported_ids_are_refused_with_their_reason(model_id, reason):
+  with pytest.raises(ValueError, match=reason):
+    models.from_hf_id(model_id)
+
+
+def test_every_unsupported_entry_has_a_source_and_shadows_no_table_entry():
+  for model_id, entry in hf_models.unsupported().items():
+    assert entry["reason"].strip() and entry["source"].strip()
+    with pytest.raises(ValueError, match="no architecture in the model table"):
+      models.from_hf_id(model_id)

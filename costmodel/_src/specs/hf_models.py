@@ -19,6 +19,10 @@ Name rules, tried in order on the id (case-insensitive):
    (``OpenRLHF/Llama-3-8b-sft-mixture`` contains ``llama-3-8b``); a name
    inside a longer match does not count, and names of two different
    architectures are an error.
+
+Ids the cost model does not represent (``costmodel/data/hf_unsupported.yaml``,
+each with its reason and source) are refused by the first two rules with
+that reason.
 """
 
 from __future__ import annotations
@@ -222,6 +226,31 @@ def match(model_id: str) -> tuple[str, str]:
   return best[2][0], f"name contains {stem[best[0]:best[1]]!r}"
 
 
+@functools.cache
+def unsupported() -> dict[str, dict]:
+  """Ids the cost model does not represent, each with ``reason`` and ``source``
+  (``costmodel/data/hf_unsupported.yaml``)."""
+  data = yaml.safe_load(importlib.resources.files("costmodel").joinpath(
+      "data/hf_unsupported.yaml").read_text(encoding="utf-8"))
+  for model_id, entry in data.items():
+    if (not isinstance(entry, Mapping) or set(entry) != {"reason", "source"}
+        or not all(isinstance(v, str) and v.strip() for v in entry.values())):
+      raise ValueError(f"hf_unsupported.yaml: {model_id}: entry={entry!r} must give a reason "
+                       "and a source")
+    if _stem(_last(model_id)) in _by_stem():
+      raise ValueError(f"hf_unsupported.yaml: {model_id} names an entry of hf_models.yaml")
+  return data
+
+
+def _refuse_unsupported(model_id: str) -> None:
+  """Raises the recorded reason when ``model_id`` is an unsupported id or its last part."""
+  for known, entry in unsupported().items():
+    if _norm(model_id) == _norm(known) or _stem(_last(model_id)) == _stem(_last(known)):
+      raise ValueError(f"model_id={model_id!r} ({known}) has no architecture in the model "
+                       f"table: {entry['reason']}; give a preset or a config.json of a "
+                       "supported model_type")
+
+
 def from_hf_id(model_id: str) -> ModelSpec:
   """The architecture of a Hugging Face model id, a local path or a fine-tune name.
 
@@ -230,8 +259,11 @@ def from_hf_id(model_id: str) -> ModelSpec:
 
   Raises:
     ValueError: when the id maps to no entry (the message names the id and the
-      rules tried) or to two different architectures.
+      rules tried), to two different architectures, or to a model the cost model
+      does not represent (the message gives the reason).
   """
+  if isinstance(model_id, str):
+    _refuse_unsupported(model_id)
   base, _ = match(model_id)
   return _spec_of_entry(base).replace(name=model_id.strip().rstrip("/"))
 
