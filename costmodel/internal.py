@@ -11,8 +11,9 @@ pieces below to vectorise, relax and compile the same model.
 * pytree helpers (:func:`pytree_dataclass`, :func:`check_one_of`);
 * the step model by rows and by stage (:func:`estimate_rows`,
   :func:`estimate_shared`, :func:`stage_cost_rows`, :func:`stage_reads`,
-  :func:`stage_names`, :func:`required_roles`, :data:`ROLES`,
+  :func:`stage_names`, :func:`stage_owners`, :func:`required_roles`, :data:`ROLES`,
   :data:`TRAINED_ROLES`);
+* which GEMM formats an accelerator has (:func:`precision_available`);
 * the operation costs (:func:`roofline`, :func:`collective_time`) and XLA's
   compile options (:mod:`xla_options`).
 """
@@ -35,6 +36,7 @@ from costmodel._src.specs.constraints import rule_mask
 from costmodel._src.specs.constraints import rule_penalty
 from costmodel._src.specs.constraints import rule_violations
 from costmodel._src.specs.plan import ROLES
+from costmodel._src.specs.precision import precision_available
 from costmodel._src.specs.plan import TRAINED_ROLES
 from costmodel._src.specs.plan import required_roles
 from costmodel._src.specs.rule_table import RULE_SETS
@@ -42,6 +44,7 @@ from costmodel._src.specs.rule_table import RULES
 from costmodel._src.specs.rule_table import Rule
 from costmodel._src.step.estimate import estimate_shared
 from costmodel._src.step.estimate import stage_names
+from costmodel._src.step.estimate import stage_owners
 
 __all__ = (
     "ROLES",
@@ -58,6 +61,7 @@ __all__ = (
     "layout_fields",
     "model_fields",
     "positive_tau",
+    "precision_available",
     "pytree_dataclass",
     "required_roles",
     "roofline",
@@ -67,6 +71,7 @@ __all__ = (
     "smooth_relu",
     "stage_cost_rows",
     "stage_names",
+    "stage_owners",
     "stage_reads",
     "xla_options",
 )

@@ -31,16 +31,12 @@ import itertools
 import numpy as np
 
 import costmodel as cm
+from costmodel import internal as cmi
 from search._src import evaluate
 from search._src import result as result_lib
 from search._src import space as space_lib
 from search._src import valid_space
 
-# The leaf (role, or the engine) each stage of an estimate belongs to; stages
-# absent here (the weight sync, the colocated switch) belong to no leaf.
-_STAGE_LEAF = {"generate": "engine", "reward": "reward", "reference": "actor",
-               "old_log_prob": "actor", "actor_update": "actor", "values": "critic",
-               "critic_update": "critic"}
 
 
 def pool_key_level(key: tuple) -> int:
@@ -119,8 +115,9 @@ class CutFamily:
     stages) from a batch's stage durations and memory excess ([N, S], stages
     ``names``)."""
     name = self.leaves[k][0]
+    owners = cmi.stage_owners(self.fs.job)  # the engine or a role; None: no leaf
     mine = [j for j, s in enumerate(names)
-            if self.fs.block_of(_STAGE_LEAF.get(s, "-")) == name]
+            if owners.get(s) is not None and self.fs.block_of(owners[s]) == name]
     cost = dur[:, mine].sum(-1) if mine else np.zeros(dur.shape[0])
     own = excess[:, mine].sum(-1) if mine else np.zeros(dur.shape[0])
     return cost, np.isfinite(cost) & (own <= 0), own

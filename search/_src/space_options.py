@@ -37,8 +37,8 @@ ROLLOUT_PRECISIONS = {"bf16": cm.Precision(),
 
 
 def has_fp8(hw: cm.Hardware) -> bool:
-  """Whether ``hw`` has an FP8 peak of its own (above its BF16 peak)."""
-  return float(hw.peak_fp8_flops_per_s) > float(hw.peak_flops_per_s)
+  """Whether ``hw`` computes in FP8 (:func:`costmodel.internal.precision_available`)."""
+  return cmi.precision_available(hw, "fp8")
 
 
 def powers_of_two(hi: float) -> tuple[int, ...]:
@@ -179,13 +179,17 @@ def pool_sizes(cluster: cm.Cluster, nodes: str = "any") -> np.ndarray:
 
 def training_pool_sizes(sizes: np.ndarray, mini_batch_samples: float, max_model: int
                         ) -> np.ndarray:
-  """The sizes of ``sizes`` whose data-parallel degree can divide the mini-batch:
-  ``size = dp x m`` with ``m`` a power of two up to ``max_model`` (the model
-  parallel degrees tp x pp x cp) and ``dp`` dividing ``mini_batch_samples``."""
+  """The sizes of ``sizes`` on which some layout passes the rule table's
+  ``layout_divides_pool`` and ``dp_divides_mini_batch``: ``size = dp x m`` with
+  ``m`` a power of two up to ``max_model`` (the model parallel degrees
+  tp x pp x cp, read as ``tp``) and ``dp`` dividing ``mini_batch_samples``."""
+  sizes = np.asarray(sizes, np.float64)
   m = np.asarray(powers_of_two(max(max_model, 1)), np.float64)
-  dp = sizes[:, None] / m[None]
-  ok = (dp == np.round(dp)) & (dp >= 1) & (np.mod(mini_batch_samples, np.maximum(dp, 1)) == 0)
-  return sizes[ok.any(-1)]
+  fields = {"gpus": sizes[:, None], "tp": m[None], "pp": 1.0, "cp": 1.0, "trained": 1.0,
+            "mini_batch_samples": float(mini_batch_samples)}
+  ok = cmi.rule_mask("layout", fields, rule_sets=("batch",),
+                     only=("layout_divides_pool", "dp_divides_mini_batch"))
+  return sizes[np.broadcast_to(ok, (len(sizes), len(m))).any(-1)]
 
 
 def tp_options(model: cm.ModelSpec, hi: int) -> list[int]:

@@ -78,9 +78,12 @@ class FamilyValidity:
   def pool_grid(self, max_rows: int | None = None,
                 rng: np.random.Generator | None = None) -> np.ndarray:
     """The combinations of pool sizes that fit the cluster: :meth:`option_grid`
-    of the ``pools`` block, rows whose GPUs exceed the cluster's dropped."""
+    of the ``pools`` block, rows that break the rule table's ``pools`` rules
+    (``pools_within_cluster``) dropped."""
     grid = self.option_grid(dict(self.blocks)["pools"], max_rows, rng)
-    return grid[grid.sum(-1) <= self.cluster.n_gpus + 1e-9]
+    ok = cmi.rule_mask("pools", {"total": grid.sum(-1),
+                                 "cluster_gpus": float(self.cluster.n_gpus)})
+    return grid[np.broadcast_to(ok, grid.shape[:1])]
 
   def block_of(self, name: str) -> str:
     """The block of variable ``name`` (or of a role's variables, ``name`` a

@@ -80,10 +80,32 @@ def state_bytes(precision: Precision, kv_bytes_per_element: float) -> float:
   return kv_bytes_per_element if precision.state is None else DTYPE_BYTES[precision.state]
 
 
+def precision_available(hw: Hardware, compute: str) -> bool:
+  """Whether ``hw`` computes GEMMs in ``compute`` at a peak of its own.
+
+  The one reading of "format absent" in :class:`Hardware`'s figures: a
+  narrower format is present where its peak exceeds the next wider format's
+  (an absent FP8 is written as the BF16 peak, an absent FP4 as 0; both read as
+  absent here). BF16 and FP16 are always present.
+
+  Raises:
+    ValueError: for a format not in ``COMPUTE_DTYPES``.
+  """
+  wider = {"bf16": None, "fp16": None, "fp8": hw.peak_flops_per_s,
+           "fp4": hw.peak_fp8_flops_per_s}
+  if compute not in wider:
+    raise ValueError(f"Precision: compute={compute!r} is not one of {COMPUTE_DTYPES}")
+  if wider[compute] is None:
+    return True
+  own = {"fp8": hw.peak_fp8_flops_per_s, "fp4": hw.peak_fp4_flops_per_s}[compute]
+  return float(own) > float(wider[compute])
+
+
 def peak_flops(hw: Hardware, compute: str) -> jax.Array:
   """Dense peak of the GEMM format on ``hw``.
 
-  FP4 needs an accelerator with an FP4 figure (``peak_fp4_flops_per_s > 0``).
+  FP4 needs an accelerator with an FP4 figure (:func:`precision_available`);
+  FP8 on an accelerator without it runs at the BF16 peak (its figure).
 
   Raises:
     ValueError: for FP4 on an accelerator without it.
@@ -93,9 +115,10 @@ def peak_flops(hw: Hardware, compute: str) -> jax.Array:
   if compute == "fp8":
     return jnp.asarray(hw.peak_fp8_flops_per_s, float)
   if compute == "fp4":
-    if pytree.is_concrete(hw.peak_fp4_flops_per_s) and float(hw.peak_fp4_flops_per_s) <= 0:
-      raise ValueError(f"Precision: compute='fp4' needs an FP4 peak; {hw.name} has "
-                       f"peak_fp4_flops_per_s={hw.peak_fp4_flops_per_s!r}")
+    if (pytree.is_concrete(hw.peak_fp4_flops_per_s) and pytree.is_concrete(hw.peak_fp8_flops_per_s)
+        and not precision_available(hw, "fp4")):
+      raise ValueError(f"Precision: compute='fp4' needs an FP4 peak above the FP8 peak; "
+                       f"{hw.name} has peak_fp4_flops_per_s={hw.peak_fp4_flops_per_s!r}")
     return jnp.asarray(hw.peak_fp4_flops_per_s, float)
   raise ValueError(f"Precision: compute={compute!r} is not one of {COMPUTE_DTYPES}")
 

@@ -82,6 +82,17 @@ def stage_names(job: RLJob, plan: plan_lib.Plan) -> tuple[str, ...]:
   return tuple(st.name for st in residency_lib.placed(_graph(job, plan), plan))
 
 
+def stage_owners(job: RLJob) -> dict[str, str | None]:
+  """Whose layout runs each stage of ``job``'s step graph: ``engine`` for
+  generation, the role for an inference or training stage, None for the rest
+  (the weight sync, a CPU stage; the colocated switch is not in the graph)."""
+  def owner(st):
+    if st.kind == algorithms.GENERATE:
+      return "engine"
+    return st.role if st.kind in (algorithms.INFER, algorithms.TRAIN) else None
+  return {st.name: owner(st) for st in algorithms.stage_graph(job)}
+
+
 def estimate_shared(job: RLJob, plans, which, cluster: Cluster,
                     efficiency: Efficiency | None = None, tau=0.0,
                     stage_costs: dict[str, StageCost] | None = None) -> tuple[Estimate, ...]:
