@@ -105,10 +105,24 @@ class Objective:
       err = jnp.log(jnp.maximum(preds, _MIN_PREDICTION)) - log_meas[np.asarray(idx)]
       return jnp.sum(w * robust_loss(err, delta)), err
 
+    def row_terms(z, w, delta, idx):
+      # A case whose prediction or slope is not finite for one parameter set
+      # (an infinite slope where a smooth surrogate meets a hard bound) must
+      # not poison the others: its row adds nothing to that set this step.
+      (loss, err), grad = jax.value_and_grad(row_loss, has_aux=True)(z, w, delta, idx)
+      ok = jnp.isfinite(loss)
+      for f in self.fields:
+        ok = ok & jnp.isfinite(grad[f])
+      return (jnp.where(ok, loss, 0.0), {f: jnp.where(ok, g, 0.0) for f, g in grad.items()},
+              err)
+
     # A fit runs each program some tens of times on a few parameter sets:
-    # compilation dominates, so the options that compile fast.
-    self.fns = [jax.jit(jax.vmap(jax.value_and_grad(
-        lambda z, w, d, idx=tuple(int(i) for i in idx): row_loss(z, w, d, idx), has_aux=True)),
+    # compilation dominates, so the options that compile fast. Each program
+    # returns its row's masked terms, which are summed on the host: the fit
+    # calls the programs hundreds of times, where eager array operations
+    # between them took most of its time.
+    self.fns = [jax.jit(jax.vmap(
+        lambda z, w, d, idx=tuple(int(i) for i in idx): row_terms(z, w, d, idx)),
                         compiler_options=xla_options.FAST_COMPILE)
                 for idx in self.index]
 
@@ -118,24 +132,19 @@ class Objective:
   def __call__(self, z, weights: np.ndarray, deltas: np.ndarray, with_errors: bool = False):
     """Loss (B,), gradient and log errors (B, cases) of a batch ``z`` (dict of (B,)
     arrays); the log errors of the rows no set weighs are NaN."""
-    loss = jnp.zeros(weights.shape[0])
-    grad = {f: jnp.zeros_like(z[f]) for f in self.fields}
+    dtype = jnp.asarray(0.0, float).dtype  # float64 where the fit enables it
+    loss = np.zeros(weights.shape[0], dtype)
+    grad = {f: np.zeros(np.shape(z[f]), dtype) for f in self.fields}
     errors = np.full(weights.shape, np.nan)
     for fn, idx in zip(self.fns, self.index, strict=True):
       w = weights[:, idx]
       if not w.any():
         continue
-      (l_r, err), g_r = fn(z, jnp.asarray(w), jnp.asarray(deltas))
+      l_r, g_r, err = fn(z, np.asarray(w, dtype), np.asarray(deltas, dtype))
       if with_errors:
         errors[:, idx] = np.asarray(err)
-      # A case whose prediction or slope is not finite for one parameter set
-      # (an infinite slope where a smooth surrogate meets a hard bound) must
-      # not poison the others: its row adds nothing to that set this step.
-      ok = jnp.isfinite(l_r)
-      for f in self.fields:
-        ok = ok & jnp.isfinite(g_r[f])
-      loss = loss + jnp.where(ok, l_r, 0.0)
-      grad = {f: grad[f] + jnp.where(ok, g_r[f], 0.0) for f in self.fields}
+      loss = loss + np.asarray(l_r)
+      grad = {f: grad[f] + np.asarray(g_r[f]) for f in self.fields}
     return loss, grad, errors
 
 
