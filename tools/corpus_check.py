@@ -156,8 +156,8 @@ def main(argv=None) -> int:
   lines += ["", "Refusals by cause (the first words of the one-line reason):", ""]
   for fw, rs in rows.items():
     causes = collections.Counter(_cause(r["why"]) for r in rs if r["status"] == "refused")
-    lines.append(f"- {export.get(fw).framework}: " + "; ".join(
-        f"{n} x {c}" for c, n in causes.most_common()))
+    lines.append(f"- {export.get(fw).framework}: " + ("; ".join(
+        f"{n} x {c}" for c, n in causes.most_common()) or "none"))
   for fw, rs in rows.items():
     lines += ["", f"## {export.get(fw).framework} @{commits[fw][:9]}", "",
               "| file | result | facts lost / not modelled |", "|---|---|---|"]
