@@ -5,9 +5,11 @@ sequences. Concurrency per engine is limited by the KV cache (what the memory
 fraction leaves after weights and workspace), by ``max_seqs`` and by the
 sequences it holds. Decode advances all running sequences one token per step;
 a step reads the (touched) weights and every running sequence's KV cache and
-does ``2 * active params`` FLOPs per token, so it is memory bound until the
-batch passes the ridge point, plus two TP all-reduces per layer (small
-messages: latency bound) and the engine's per-step overhead.
+does ``2 * active params`` FLOPs per token, so its GEMMs are memory bound
+until the batch passes the ridge point; the attention kernel, run between
+them, streams the KV cache in its own time (:func:`decode_round`); plus two
+TP all-reduces per layer (small messages: latency bound) and the engine's
+per-step overhead.
 
 The long tail: responses come as K equal-mass length bins (``ResponseLength``).
 While bin k decodes, only the bins >= k are alive, so the batch shrinks as
@@ -171,8 +173,18 @@ def decode_round(model, job, engine, cluster, eff, batch, ctx, tau=0.0, tokens_p
   w, ep = _engine_work(model, engine, mb * tokens_per_seq, ctx, param_bytes, True, pp)
   kv_read = mb * kv_state.kv_read_bytes_per_gpu(model, engine, kv_b, ctx)
   attn_s = roofline.compute_time(w.attention_flops, w.rows, hw, eff)
+  # The attention kernel and the weight GEMMs run one after the other, each
+  # bound by its own resource: a decode layer launches the QKV GEMM, the
+  # paged-attention kernel over the KV cache, then the output and MLP GEMMs
+  # (vllm-project/vllm ``vllm/model_executor/models/llama.py``
+  # ``LlamaAttention.forward``: ``qkv_proj``, ``attn``, ``o_proj``). At a large
+  # batch the GEMMs are compute bound while attention streams the KV cache,
+  # and the two times add; one roofline over their sum would hide the KV reads.
   rf = common.gemm_roofline(w, hw, eff, 1.0, tau, dtype=engine.precision.compute,
-                            extra_compute_s=attn_s, extra_bytes=kv_read + w.activation_bytes)
+                            extra_bytes=w.activation_bytes)
+  ra = roofline.roofline(None, kv_read, None, hw, eff, n_ops=w.layers, tau=tau,
+                         compute_s=attn_s)
+  rf = roofline.RooflineTime(*(a + b for a, b in zip(rf, ra, strict=True)))
   domain = cluster.scaleup_domain
   comm = w.tp_collectives * collectives.collective_time("all_reduce", w.tp_bytes, tp, domain,
                                                         hw, eff, tau)
