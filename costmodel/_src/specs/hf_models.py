@@ -246,7 +246,8 @@ def _refuse_unsupported(model_id: str) -> None:
   """Raises the recorded reason when ``model_id`` is an unsupported id or its last part."""
   for known, entry in unsupported().items():
     if _norm(model_id) == _norm(known) or _stem(_last(model_id)) == _stem(_last(known)):
-      raise ValueError(f"model_id={model_id!r} ({known}) has no architecture in the model "
+      alias = "" if _norm(model_id) == _norm(known) else f" ({known})"
+      raise ValueError(f"model_id={model_id!r}{alias} has no architecture in the model "
                        f"table: {entry['reason']}; give a preset or a config.json of a "
                        "supported model_type")
 
