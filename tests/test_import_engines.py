@@ -244,3 +244,40 @@ def test_a_placeholder_model_path_is_refused_as_one(tmp_path, path):
     cfg.pop("defaults", None)
     edit(cfg)
     export.read_config("nemo_rl", cfg, response_mean=500)
+
+
+def test_slime_without_a_memory_fraction_takes_sglangs_own_rule():
+  """SGLang v0.5.15.post1 (slime's pin) sets ``mem_fraction_static`` itself; hand-derived:
+  reserved MiB = 512 + 1.5 x chunked prefill + TP x PP / 8 x 1024 + 2 x decode graph
+  max_bs [+ 8 per prefill graph size], fraction = round((M - reserved) / M, 3)."""
+  from export.slime import sglang_memory
+  job, plan, cluster, settings = _export("slime", lambda n, j: True)
+  argv = list(settings["argv"])
+  i = argv.index("--sglang-mem-fraction-static")
+  del argv[i:i + 2]
+  assert "--colocate" in argv and argv[argv.index("--rollout-num-gpus-per-engine") + 1] == "2"
+  # colocated: slime's --offload-rollout turns on SGLang's memory saver, no prefill graphs;
+  # H100 (80 GiB = 81,920 MiB), TP 2: 512 + 12,288 + 256 + 2 x 256 = 13,568
+  imp = export.read_config("slime", {**settings, "argv": argv}, model=job.actor,
+                           response_mean=500)
+  assert float(imp.plan.engine.memory_fraction) == pytest.approx(0.834)  # 68,352 / 81,920
+  assert any("0.834 is the fraction SGLang v0.5.15.post1 sets itself on a H100" in n
+             for n in imp.not_modelled)
+  capped = {**settings, "argv": argv + ["--sglang-cuda-graph-max-bs-decode", "64"]}
+  imp = export.read_config("slime", capped, model=job.actor, response_mean=500)
+  assert float(imp.plan.engine.memory_fraction) == pytest.approx(0.839)  # 1 - 13,184 / 81,920
+  # split engines keep the prefill graphs: 58 sizes (4..8,192) x 8 = 464 MiB more
+  assert sglang_memory.static_fraction(81920, tp=2) == pytest.approx(0.829)
+  # 40 GiB, TP 1: chunk 4,096, max_bs 32, 50 sizes: 512 + 6,144 + 128 + 64 + 400 = 7,248
+  assert sglang_memory.static_fraction(40960, tp=1) == pytest.approx(0.823)
+  # DP attention, TP = DP = 8, max_bs 512 > 300: + 512 x 8 x (3 + 1.5) = 18,432 -> 33,744
+  assert sglang_memory.static_fraction(81920, tp=8, dp=8,
+                                       dp_attention=True) == pytest.approx(0.588)
+  # MLA attention reserves 1,536 MiB for the prefill graphs instead of 464
+  assert sglang_memory.static_fraction(81920, tp=8, dp=8, dp_attention=True,
+                                       mla=True) == pytest.approx(0.575)
+  # the 10 GiB floor above 60 GiB: TP 1, chunk 2,048, no graphs: 512 + 3,072 + 128 < 10,240
+  assert sglang_memory.static_fraction(81920, tp=1, chunked_prefill=2048, decode_graphs=False,
+                                       prefill_graphs=False) == pytest.approx(0.875)  # 1 - 10,240 / M
+  with pytest.raises(ValueError, match=r"tp=0 must be positive"):
+    sglang_memory.static_fraction(81920, tp=0)

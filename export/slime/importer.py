@@ -33,6 +33,7 @@ from export._src import speculative_keys
 from export._src.importing import choice
 from export._src.importing import number
 from export.slime import megatron_model
+from export.slime import sglang_memory
 
 FW = "slime"
 _ALGORITHM = {"grpo": "grpo", "ppo": "ppo", "reinforce_plus_plus": "reinforce_pp"}
@@ -44,7 +45,9 @@ _SWITCHES = frozenset({
     "--colocate", "--sequence-parallel", "--use-distributed-optimizer", "--optimizer-cpu-offload",
     "--overlap-cpu-optimizer-d2h-h2d", "--use-precision-aware-optimizer", "--offload-train",
     "--no-offload-train", "--sglang-disable-radix-cache", "--sglang-enable-dp-attention",
-    "--use-kl-loss", "--partial-rollout", "--use-rollout-logprobs", "--fp8-param-gather"})
+    "--use-kl-loss", "--partial-rollout", "--use-rollout-logprobs", "--fp8-param-gather",
+    "--offload", "--offload-rollout", "--sglang-disable-decode-cuda-graph",
+    "--sglang-disable-prefill-cuda-graph"})
 _SCRIPTS = ("train.py", "train_async.py")
 
 
@@ -99,14 +102,38 @@ def _micro(o: dict, seq: float, cp: float) -> float:
   return float(number(o, "micro-batch-size", FW, 1))
 
 
-def _engine(o: dict, g: importing.Given, colocated: bool) -> cm.Engine:
+def _memory_fraction(o: dict, g: importing.Given, actor: cm.ModelSpec, colocated: bool,
+                     notes: list[str]) -> float:
+  """``--sglang-mem-fraction-static``, else the fraction SGLang sets itself
+  (:mod:`export.slime.sglang_memory`)."""
+  if o.get("sglang-mem-fraction-static") is not None:
+    return float(number(o, "sglang-mem-fraction-static", FW, kind=float, minimum=0))
+  pp = number(o, "sglang-pp-size", FW, 1)
+  gpu_mib = cm.hardware.get(g.gpu).hbm_bytes / 2**20
+  memory_saver = colocated or bool(o.get("offload")) or bool(o.get("offload-rollout"))
+  fraction = sglang_memory.static_fraction(
+      gpu_mib, tp=number(o, "rollout-num-gpus-per-engine", FW, 1) // pp, pp=pp,
+      dp=number(o, "sglang-dp-size", FW, 1), dp_attention=bool(o.get("sglang-enable-dp-attention")),
+      mla=bool(actor.kv_lora_rank),
+      chunked_prefill=(number(o, "sglang-chunked-prefill-size", FW) if
+                       o.get("sglang-chunked-prefill-size") is not None else None),
+      max_bs=(number(o, "sglang-cuda-graph-max-bs-decode", FW) if
+              o.get("sglang-cuda-graph-max-bs-decode") is not None else None),
+      decode_graphs=not o.get("sglang-disable-decode-cuda-graph"),
+      prefill_graphs=not (memory_saver or o.get("sglang-disable-prefill-cuda-graph")))
+  notes.append(f"sglang-mem-fraction-static: not set; {fraction} is the fraction SGLang "
+               f"v0.5.15.post1 sets itself on a {g.gpu} (ServerArgs._handle_gpu_memory_settings)")
+  return fraction
+
+
+def _engine(o: dict, g: importing.Given, colocated: bool, memory_fraction: float) -> cm.Engine:
   kv = o.get("sglang-kv-cache-dtype")
   if kv not in (None, "auto", "fp8_e4m3"):
     raise ValueError(f"{FW}: sglang-kv-cache-dtype={kv!r} is not auto or fp8_e4m3")
   return cm.Engine(
       tp=float(number(o, "rollout-num-gpus-per-engine", FW, 1)),
       ep=float(number(o, "sglang-ep-size", FW, 1)),
-      memory_fraction=float(number(o, "sglang-mem-fraction-static", FW, kind=float, minimum=0)),
+      memory_fraction=memory_fraction,
       max_seqs=float(number(o, "sglang-max-running-requests", FW, g.engine_max_seqs)),
       prefix_caching=not o.get("sglang-disable-radix-cache"),
       dp_attention=bool(o.get("sglang-enable-dp-attention")),
@@ -170,7 +197,8 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   mode = cm.Mode(staleness=1 if script == "train_async.py" else 0,
                  partial_rollout=bool(o.get("partial-rollout")),
                  rollout_log_probs=bool(o.get("use-rollout-logprobs")))
-  plan = cm.Plan(pools=tuple(pools), roles=tuple(roles), engine=_engine(o, g, colocated).replace(
+  plan = cm.Plan(pools=tuple(pools), roles=tuple(roles), engine=_engine(
+                     o, g, colocated, _memory_fraction(o, g, actor, colocated, notes)).replace(
                      speculative=speculative_keys.read_slime(o, g.speculative_acceptance, notes)),
                  rollout_pool="all" if colocated else "gen", mode=mode)
   if g.gpus_per_node is None and "num-gpus-per-node" in o:
