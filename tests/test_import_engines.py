@@ -276,8 +276,9 @@ def test_slime_without_a_memory_fraction_takes_sglangs_own_rule():
   # MLA attention reserves 1,536 MiB for the prefill graphs instead of 464
   assert sglang_memory.static_fraction(81920, tp=8, dp=8, dp_attention=True,
                                        mla=True) == pytest.approx(0.575)
-  # the 10 GiB floor above 60 GiB: TP 1, chunk 2,048, no graphs: 512 + 3,072 + 128 < 10,240
+  # the 10 GiB floor above 60 GiB: TP 1, chunk 2,048, no graphs: 512 + 3,072 + 128 < 10,240,
+  # so 1 - 10,240 / 81,920
   assert sglang_memory.static_fraction(81920, tp=1, chunked_prefill=2048, decode_graphs=False,
-                                       prefill_graphs=False) == pytest.approx(0.875)  # 1 - 10,240 / M
+                                       prefill_graphs=False) == pytest.approx(0.875)
   with pytest.raises(ValueError, match=r"tp=0 must be positive"):
     sglang_memory.static_fraction(81920, tp=0)
