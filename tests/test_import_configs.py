@@ -175,3 +175,51 @@ def test_model_path_maps_through_the_hf_table():
   from export._src import importing
   spec = importing.model_spec(None, "model", "OpenRLHF/Llama-3-8b-sft-mixture")
   assert spec.total_params == cm.models.from_hf_id("meta-llama/Meta-Llama-3-8B").total_params
+
+
+_INSTRUCTION = "Follow instructions in https://github.com/{repo}/blob/main/docs/guides/{guide}"
+
+
+def _guided(tmp_path, guide_text, repo="NVIDIA-NeMo/RL", guide="convert.md", with_guide=True):
+  """A checkout-shaped folder: a guide under docs/guides and a config under examples whose
+  model path is an instruction linking to it."""
+  job, plan, cluster, cfg = _export("nemo_rl", lambda n, j: j.algorithm == "grpo")
+  cfg = dict(cfg)
+  cfg.pop("defaults", None)
+  cfg["policy"] = {**cfg["policy"],
+                   "model_name": _INSTRUCTION.format(repo=repo, guide=guide)}
+  root = tmp_path / "checkout"
+  if with_guide:
+    _write(root / "docs" / "guides" / guide, guide_text)
+  path = root / "examples" / "configs" / "recipes" / "llm" / "r.yaml"
+  path.parent.mkdir(parents=True)
+  path.write_text(export.to_yaml(cfg))
+  return str(path)
+
+
+def test_nemo_rl_model_path_that_points_at_its_own_guide_takes_the_one_id_it_names(tmp_path):
+  guide = """\
+      # Converting the checkpoint
+      git clone https://huggingface.co/Qwen/Qwen2.5-7B weights
+      python convert.py --from weights   # see https://huggingface.co/datasets/org/corpus too
+      """
+  imp = export.read_config("nemo_rl", _guided(tmp_path, guide), response_mean=500)
+  assert imp.job.actor == cm.models.from_hf_id("Qwen/Qwen2.5-7B")
+  assert ("model path is an instruction; the guide docs/guides/convert.md names Qwen/Qwen2.5-7B"
+          in imp.not_modelled)
+  refused = r"model: the config's model path 'Follow instructions in .*' is a placeholder"
+  # two models named: which one the run uses is not stated
+  two = guide + "or https://huggingface.co/Qwen/Qwen2.5-14B\n"
+  with pytest.raises(ValueError, match=refused):
+    export.read_config("nemo_rl", _guided(tmp_path / "a", two), response_mean=500)
+  # an id the model table lacks
+  unknown = "git clone https://huggingface.co/acme/Nonexistent-Model-9B\n"
+  with pytest.raises(ValueError, match=refused):
+    export.read_config("nemo_rl", _guided(tmp_path / "b", unknown), response_mean=500)
+  # a link into another repository, and a config outside a checkout holding the guide
+  with pytest.raises(ValueError, match=refused):
+    export.read_config("nemo_rl", _guided(tmp_path / "c", guide, repo="someone/else"),
+                       response_mean=500)
+  with pytest.raises(ValueError, match=refused):
+    export.read_config("nemo_rl", _guided(tmp_path / "d", guide, with_guide=False),
+                       response_mean=500)

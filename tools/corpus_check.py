@@ -42,8 +42,9 @@ OUT = os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks", "results"
                    "framework_examples.md")
 REPOSITORIES = {"verl": "verl-project/verl", "openrlhf": "OpenRLHF/OpenRLHF",
                 "nemo_rl": "NVIDIA-NeMo/RL", "slime": "THUDM/slime", "areal": "inclusionAI/AReaL"}
-# The folders each framework keeps its RL examples in.
-FOLDERS = {"verl": ("examples",), "openrlhf": ("examples",), "nemo_rl": ("examples",),
+# The folders each framework keeps its RL examples in (NeMo-RL's docs: the guides its
+# configs' model paths point at, :mod:`export._src.model_guides`).
+FOLDERS = {"verl": ("examples",), "openrlhf": ("examples",), "nemo_rl": ("examples", "docs"),
            "slime": ("scripts",), "areal": ("examples",)}
 RESPONSE_MEAN = 1000
 

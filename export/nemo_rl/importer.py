@@ -19,21 +19,26 @@ broadcasts (``bucketed``) or ``refit_transport: nccl_reshard`` (``reshard``).
 
 What the config cannot state: the mean response length, the architecture (a
 model name naming no preset), the accelerator, and the reference's and the
-reward model's sharding and recompute (taken from the actor's layout).
+reward model's sharding and recompute (taken from the actor's layout). A model name
+that is an instruction linking to a guide of NeMo-RL's own repository is read from
+that guide in the checkout holding the config (:mod:`export._src.model_guides`).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import costmodel as cm
 from export._src import compose
 from export._src import fp8_recipes
 from export._src import importing
+from export._src import model_guides
 from export._src import speculative_keys
 from export._src.importing import flag
 from export._src.importing import number
 from export.nemo_rl import engines as nemo_rl_engines
+from export.nemo_rl import record
 
 FW = "NeMo-RL"
 UNEXPRESSED = {"reference.infer": ("zero_stage", "recompute", "offload", "swap"),
@@ -115,14 +120,18 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   if algorithm == "dapo" and "oversample" not in missing:
     missing = {**missing, "oversample": number(o, "grpo.batch_multiplier", FW, 1, kind=float)}
   g = importing.given(FW, missing)
-  actor = importing.model_spec(g.model, "model", o.get("policy.model_name"))
+  guide_notes: list[str] = []
+  guided = (None if g.model is not None or isinstance(source, dict) else
+            model_guides.guided_model(o.get("policy.model_name"), os.fspath(source),
+                                      record.PIN.split("@")[0], guide_notes))
+  actor = guided or importing.model_spec(g.model, "model", o.get("policy.model_name"))
   prompts = number(o, f"{section}.num_prompts_per_step", FW)
   n = number(o, f"{section}.num_generations_per_prompt", FW)
   max_response = number(o, "policy.generation.max_new_tokens", FW)
   total = number(o, "policy.max_total_sequence_length", FW)
-  notes = [f"defaults: {', '.join(o[compose.UNFOUND])} not found next to the config: "
-           "its keys are NeMo-RL's defaults only where this config restates them"
-           ] if compose.UNFOUND in o else []
+  notes = guide_notes + ([f"defaults: {', '.join(o[compose.UNFOUND])} not found next to the "
+                          "config: its keys are NeMo-RL's defaults only where this config "
+                          "restates them"] if compose.UNFOUND in o else [])
   if total <= max_response:
     # Prompt and response share max_total_sequence_length (vLLM's max_model_len): the
     # config states no prompt length of its own.
