@@ -8,6 +8,7 @@ import search
 from search._src import baseline_run
 from search._src import evaluate
 from search._src import kept_spaces
+from search._src import program_cache
 from search._src import rules as rules_lib
 from search._src import valid_space
 
@@ -97,10 +98,11 @@ def test_a_valid_space_is_built_once_per_process_and_problem(search_job, cluster
                          batch=64)
   assert len(built) == 1
   # ... and its scorer compiled once: a second evaluator of it reuses the program.
-  compiled = dict(evaluate.programs.lean_programs)
+  compiled = program_cache.keys("lean")
+  assert compiled  # the lean scorer of the runs above
   search.random_search(search_job, cluster_2x8, "split", budget_s=0.0, space=compact_space,
                        batch=64)
-  assert evaluate.programs.lean_programs == compiled
+  assert program_cache.keys("lean") == compiled
   # Another batch size is another problem, and so is another space.
   job = search_job.replace(prompts_per_step=64.0)
   search.random_search(job, cluster_2x8, "split", budget_s=0.0, space=compact_space, batch=64)

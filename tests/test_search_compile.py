@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from search._src import compile_cache
+from search._src import program_cache
 from search._src import trace_cache
 
 
@@ -44,7 +45,7 @@ def test_trace_cache_serves_a_later_process(tmp_path):
   try:
     compile_cache.enable(str(tmp_path))
     first = call(3.0)
-    trace_cache._loaded.clear()  # as a new process would start
+    program_cache.clear()  # as a new process would start
     again = call(3.0)
     assert traces == [3.0]  # the second call read the traced program from disk
     other = call(5.0)  # another static value: another program
@@ -79,7 +80,7 @@ def test_on_traced_runs_after_tracing_and_before_compiling(tmp_path):
   try:
     for directory in (None, str(tmp_path)):  # ahead of time in memory; through the disk cache
       jax.config.update("jax_compilation_cache_dir", directory)
-      trace_cache._loaded.clear()
+      program_cache.clear()
       events.clear()
       k = 2.0 if directory is None else 4.0
       with compile_cache.CompileClock() as clock:

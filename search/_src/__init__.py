@@ -4,7 +4,8 @@ Its modules stand on layers, lowest first; a module imports modules of its
 own layer or of lower ones, never of a higher one, and the imports hold no
 cycle (``tests/test_architecture.py`` checks both on every module):
 
-1. support: compiled-program options and caches, devices and cores, progress,
+1. support: compiled-program options, the one in-memory cache of compiled
+   programs and the traced programs on disk, devices and cores, progress,
    finite differences, ranked results;
 2. space: a family's variables, structure, validity and relaxed transform,
    its relaxed objective, the valid space's product view, the framework
@@ -20,7 +21,8 @@ cycle (``tests/test_architecture.py`` checks both on every module):
 """
 
 LAYERS = (
-    ("compile_cache", "trace_cache", "sharding", "progress", "differences", "result"),
+    ("compile_cache", "program_cache", "trace_cache", "sharding", "progress", "differences",
+     "result"),
     ("space_options", "space_structure", "space_relaxed", "space_validity", "space",
      "valid_space", "relaxed_objective", "frameworks", "kept_spaces", "sizing_relax"),
     ("exact_programs", "shared", "stage_tables", "evaluate"),

@@ -116,7 +116,10 @@ class Evaluator:
     self.tables = dict(tables or {})
     self.count = 0
     self._stage_names = None
-    self._compiled = {}
+    # kind -> this evaluator's handle on its compiled program (the programs
+    # themselves are kept once per process in search._src.program_cache; the
+    # handle saves computing their key on every call, which has one shape)
+    self._handles = {}
     self._estimating = None  # the whole-estimate program compiling in the background
 
   def _shares(self, kind: str) -> bool:
@@ -144,7 +147,7 @@ class Evaluator:
   def _program(self, kind: str, args: tuple, on_traced=None):
     """The compiled program of ``kind`` (:func:`search._src.trace_cache.compiled`,
     one per process and structure), looked up once: every call has one shape."""
-    program = self._compiled.get(kind)
+    program = self._handles.get(kind)
     if program is None:
       shared = self._shares(kind)
       jitted = {("ranking", True): shared_lib.ranking, ("ranking", False): programs.ranking,
@@ -159,7 +162,7 @@ class Evaluator:
       program = trace_cache.compiled(f"{'shared' if shared else 'exact'}_{kind}", jitted,
                                      (static,), key, args, options,
                                      on_traced=on_traced or (lambda: None))
-      self._compiled[kind] = program
+      self._handles[kind] = program
     elif on_traced is not None:
       on_traced()
     return program
@@ -169,7 +172,7 @@ class Evaluator:
     arrays on the device: a jitted call hashes the structure and flattens the
     job each time (about a third more time per 16,384-row chunk)."""
     kind = ("lean", labels is not None)
-    program = self._compiled.get(kind)
+    program = self._handles.get(kind)
     if program is None:
       fs = self.fs
       consts = jax.device_put((fs.job, fs.cluster, self.eff))
@@ -185,7 +188,7 @@ class Evaluator:
         compiled = programs.compiled_once((lean.__name__, fs.structure),
                                           functools.partial(lean, fs.structure), (*consts, part))
         program = functools.partial(compiled, *consts)
-      self._compiled[kind] = program
+      self._handles[kind] = program
     return program(part) if labels is None else program(part, labels)
 
   def _first_rows(self, n: int) -> np.ndarray:
@@ -223,7 +226,7 @@ class Evaluator:
     (nothing when it is compiled or compiling); :meth:`estimates` waits for it."""
     if not self.full:
       raise ValueError("Evaluator.prepare_estimates: whole estimates need full=True")
-    if self._estimating is None and "estimates" not in self._compiled:
+    if self._estimating is None and "estimates" not in self._handles:
       rows = self._first_rows(ESTIMATE_ROWS)
       self._estimating = _background().submit(
           lambda: jax.block_until_ready(self._run_estimates_now(rows)))

@@ -1,19 +1,18 @@
 """The exact programs of :mod:`search._src.evaluate`: jitted over a chunk of value
 vectors, specialised on the family's structure (static), the job, cluster and
-efficiency parameters as arguments; and the per-process cache of the lean
-scorers' compiled programs (:func:`compiled_once`)."""
+efficiency parameters as arguments; and the lean scorers compiled once per
+process (:func:`compiled_once`, in :mod:`search._src.program_cache`)."""
 
 from __future__ import annotations
 
 import functools
-import threading
 
 import jax
-import numpy as np
 
 import costmodel as cm
 from costmodel import internal as cmi
 from search._src import compile_cache
+from search._src import program_cache
 from search._src import space as space_lib
 
 
@@ -91,22 +90,11 @@ def estimates(structure, job, cluster, eff, values):
   return jax.vmap(lambda v: _one(structure, job, cluster, eff, v))(values)
 
 
-lean_programs: dict = {}  # compiled lean scorers, per process (:func:`compiled_once`)
-_lock = threading.Lock()
-
-
 def compiled_once(key: tuple, jitted, args: tuple):
   """``jax.jit(jitted)`` compiled for ``args``, once per process for ``key``
-  and the arguments' tree, shapes and dtypes: the baselines build an
-  evaluator per call, and a warm call must not compile its scorer again
-  (seconds for DeepSeek-V3's split family on 16,384 H800)."""
-  leaves, tree = jax.tree_util.tree_flatten(args)
-  key = (*key, str(tree),
-         tuple((np.shape(x), str(getattr(x, "dtype", type(x)))) for x in leaves))
-  with _lock:
-    compiled = lean_programs.get(key)
-  if compiled is None:
-    compiled = jax.jit(jitted).lower(*args).compile()
-    with _lock:
-      compiled = lean_programs.setdefault(key, compiled)
-  return compiled
+  and the arguments' tree, shapes and dtypes (kind ``lean`` of
+  :mod:`search._src.program_cache`): the baselines build an evaluator per
+  call, and a warm call must not compile its scorer again (seconds for
+  DeepSeek-V3's split family on 16,384 H800)."""
+  return program_cache.get("lean", (*key, program_cache.shape_key(args)),
+                           lambda: jax.jit(jitted).lower(*args).compile())

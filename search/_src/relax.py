@@ -261,6 +261,8 @@ def _fd_step_of(static, cfg, job, cluster, eff, inputs, state):
           _best(step, penalty, cfg, static.fs, state.x))
 
 
+# The step's two jitted definitions (by XLA options); their compiled programs
+# are kept in search._src.program_cache through trace_cache.compiled.
 _STEP_PROGRAMS = {
     small: (jax.jit(_fd_step_of, static_argnames=("static", "cfg"), compiler_options=opts),
             opts)

@@ -30,9 +30,10 @@ import threading
 import jax
 import numpy as np
 
-_lock = threading.Lock()
-_loaded: dict[str | tuple, object] = {}  # path on disk, or ("memory", name, key)
-_building: dict[str | tuple, threading.Lock] = {}  # held while a program is built
+from search._src import program_cache
+
+# The compiled programs are kept in :mod:`search._src.program_cache` (kind
+# ``traced``, keyed by the path on disk or ("memory", name, digest)).
 # Tracing and lowering are Python and hold the interpreter lock, so programs
 # traced in several threads at once (a search's families) all finish late;
 # one at a time, the first starts compiling (which releases the lock) sooner.
@@ -115,23 +116,10 @@ def compiled(name: str, jitted, static: tuple, key, args: tuple, compiler_option
     return functools.partial(jitted, *static)
   if path is None:  # no cache on disk: traced, lowered and compiled ahead of time here
     path = ("memory", name, digest(name, key, args, compiler_options))
-  with _lock:
-    program = _loaded.get(path)
-    building = _building.setdefault(path, threading.Lock())
-  if program is None:
-    with building:  # a second caller of the same program waits for the first's
-      with _lock:
-        program = _loaded.get(path)
-      if program is None:
-        program = _build(path, jitted, static, args, treedef, leaves, compiler_options,
-                         on_traced)
-        with _lock:
-          _loaded[path] = program
-      else:
-        _notify(on_traced)
-  else:
-    _notify(on_traced)
-  return program
+  return program_cache.get(
+      "traced", path,
+      lambda: _build(path, jitted, static, args, treedef, leaves, compiler_options, on_traced),
+      on_hit=lambda: _notify(on_traced))
 
 
 def _build(path, jitted, static, args, treedef, leaves, compiler_options, on_traced):
