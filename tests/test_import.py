@@ -213,8 +213,8 @@ def test_slime_launch_script_reads_like_its_settings(tmp_path):
 def test_slime_import_names_what_the_flags_lack():
   _, job, plan, _, settings = _first("slime")
   argv = settings["argv"]
-  i = argv.index("--sglang-mem-fraction-static")
-  with pytest.raises(ValueError, match="sglang-mem-fraction-static is not set"):
+  i = argv.index("--rollout-batch-size")
+  with pytest.raises(ValueError, match="rollout-batch-size is not set and has no default"):
     export.read_config("slime", {**settings, "argv": argv[:i] + argv[i + 2:]},
                        **_given(job, plan))
   with pytest.raises(ValueError, match="response_mean"):
