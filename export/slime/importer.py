@@ -17,7 +17,8 @@ What the flags cannot state: the mean response length, the architecture (a
 checkpoint path naming no preset), the accelerator, DAPO's keep rate (taken
 from ``--over-sampling-batch-size`` over ``--rollout-batch-size`` unless
 ``oversample`` is given) and the reference's ZeRO stage and recompute (the
-actor's).
+actor's). Without ``--sglang-mem-fraction-static`` the engines take the fraction
+SGLang sets itself (:mod:`export.slime.sglang_memory`), noted as not modelled.
 """
 
 from __future__ import annotations
