@@ -161,8 +161,10 @@ def _one_step_off_runs(mean: float) -> list[Run]:
     job = _dapo7b_job(8192.0, samples, mean)
     cluster = h20_cluster(16)
     if megatron:
-      # Megatron param/grad/optimizer offload: swapped between stages.
-      train = Parallel(tp=2.0, pp=2.0, micro_batch=2.0, zero_stage=1.0, recompute=2.0,
+      # Megatron param/grad/optimizer offload: swapped between stages. No
+      # recompute: the scripts set none and veRL's Megatron engine defaults to
+      # ``recompute_granularity: null`` (verl/trainer/config/engine/megatron.yaml).
+      train = Parallel(tp=2.0, pp=2.0, micro_batch=2.0, zero_stage=1.0, recompute=0.0,
                        swap=1.0 if colocated else 0.0)
       infer = train.replace(micro_batch=4.0)
     else:
