@@ -296,6 +296,27 @@ def test_calibrate_bad_options(kwargs, match):
     cm.calibrate(_linear_cases(), fields=_TWO, steps=2, **kwargs)
 
 
+def test_objectives_sharing_a_row_share_its_compiled_program():
+  from costmodel._src.fit import objective
+  cases = _linear_cases()
+  eff = cm.Efficiency()
+  whole = objective.Objective(cases, eff, _TWO)
+  one = objective.Objective(cases[3:4], eff, _TWO)
+  assert one.fns[0] is whole.fns[3]
+  # Another starting point or field list is another program.
+  assert objective.Objective(cases[3:4], eff, _TWO[:1]).fns[0] is not one.fns[0]
+  moved = dataclasses.replace(eff, sync_overhead_s=2 * eff.sync_overhead_s)
+  assert objective.Objective(cases[3:4], moved, _TWO).fns[0] is not one.fns[0]
+  # The shared program gives the row's own loss: (a x + b y) with a=2, b=5 at
+  # the defaults against its published value.
+  z = {f: jnp.atleast_1d(objective._to_z(f, getattr(eff, f))) for f in _TWO}
+  loss, _, err = one(z, np.ones((1, 1)), np.array([1e6]), with_errors=True)
+  c = cases[3]
+  expected = np.log(2.0 * eff.train_overhead_s + 5.0 * eff.sync_overhead_s) - np.log(c.published)
+  assert float(err[0, 0]) == pytest.approx(float(expected), rel=1e-5, abs=1e-6)
+  assert float(loss[0]) == pytest.approx(float(expected) ** 2, rel=1e-4, abs=1e-9)
+
+
 # It loads the RL cases, which infer their missing mean lengths once per
 # process: on the worker of the other tests that load them.
 @pytest.mark.xdist_group("validation")

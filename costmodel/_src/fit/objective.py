@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -40,6 +41,56 @@ def _to_z(name: str, v):
 
 def _from_z(name: str, z):
   return jax.nn.sigmoid(z) if name in FRACTIONS else jnp.exp(z)
+
+
+def _make(eff0: Efficiency, fields: tuple[str, ...], z) -> Efficiency:
+  return dataclasses.replace(eff0, **{f: _from_z(f, z[f]) for f in fields})
+
+
+def _row_program(row: tuple[Case, ...], eff0: Efficiency, fields: tuple[str, ...]):
+  """The jitted program of one source row's cases: ``(z, w, delta)`` batched
+  over parameter sets to the row's masked loss, gradient and log errors.
+
+  Kept per ``(row, eff0, fields)`` (:func:`_kept_row_program`), so objectives
+  over different case lists that share a row (a fit and a check of that
+  row, the folds of a validation) trace and compile it once.
+  """
+  try:
+    return _kept_row_program(row, eff0, fields)
+  except TypeError:  # an unhashable case or Efficiency (traced fields): not kept
+    return _build_row_program(row, eff0, fields)
+
+
+def _build_row_program(row, eff0, fields):
+  log_meas = np.log(np.asarray([c.published for c in row], float))
+
+  def row_loss(z, w, delta):
+    eff = _make(eff0, fields, z)
+    preds = jnp.stack([jnp.asarray(c.predict(eff), float) for c in row])
+    err = jnp.log(jnp.maximum(preds, _MIN_PREDICTION)) - log_meas
+    return jnp.sum(w * robust_loss(err, delta)), err
+
+  def row_terms(z, w, delta):
+    # A case whose prediction or slope is not finite for one parameter set
+    # (an infinite slope where a smooth surrogate meets a hard bound) must
+    # not poison the others: its row adds nothing to that set this step.
+    (loss, err), grad = jax.value_and_grad(row_loss, has_aux=True)(z, w, delta)
+    ok = jnp.isfinite(loss)
+    for f in fields:
+      ok = ok & jnp.isfinite(grad[f])
+    return (jnp.where(ok, loss, 0.0), {f: jnp.where(ok, g, 0.0) for f, g in grad.items()},
+            err)
+
+  # A fit runs each program some tens of times on a few parameter sets:
+  # compilation dominates, so the options that compile fast. Each program
+  # returns its row's masked terms, which are summed on the host: the fit
+  # calls the programs hundreds of times, where eager array operations
+  # between them took most of its time.
+  return jax.jit(jax.vmap(row_terms), compiler_options=xla_options.FAST_COMPILE)
+
+
+# Bounded: a few hundred source rows, each one small compiled program.
+_kept_row_program = functools.lru_cache(maxsize=512)(_build_row_program)
 
 
 def case_weights(cases: Sequence[Case], weighting: str = "case") -> np.ndarray:
@@ -97,37 +148,11 @@ class Objective:
     for i, c in enumerate(self.cases):
       rows.setdefault(c.row_id, []).append(i)
     self.index = [np.asarray(idx) for idx in rows.values()]
-    log_meas = np.log(np.asarray([c.published for c in self.cases], float))
-
-    def row_loss(z, w, delta, idx):
-      eff = self.make(z)
-      preds = jnp.stack([jnp.asarray(self.cases[i].predict(eff), float) for i in idx])
-      err = jnp.log(jnp.maximum(preds, _MIN_PREDICTION)) - log_meas[np.asarray(idx)]
-      return jnp.sum(w * robust_loss(err, delta)), err
-
-    def row_terms(z, w, delta, idx):
-      # A case whose prediction or slope is not finite for one parameter set
-      # (an infinite slope where a smooth surrogate meets a hard bound) must
-      # not poison the others: its row adds nothing to that set this step.
-      (loss, err), grad = jax.value_and_grad(row_loss, has_aux=True)(z, w, delta, idx)
-      ok = jnp.isfinite(loss)
-      for f in self.fields:
-        ok = ok & jnp.isfinite(grad[f])
-      return (jnp.where(ok, loss, 0.0), {f: jnp.where(ok, g, 0.0) for f, g in grad.items()},
-              err)
-
-    # A fit runs each program some tens of times on a few parameter sets:
-    # compilation dominates, so the options that compile fast. Each program
-    # returns its row's masked terms, which are summed on the host: the fit
-    # calls the programs hundreds of times, where eager array operations
-    # between them took most of its time.
-    self.fns = [jax.jit(jax.vmap(
-        lambda z, w, d, idx=tuple(int(i) for i in idx): row_terms(z, w, d, idx)),
-                        compiler_options=xla_options.FAST_COMPILE)
+    self.fns = [_row_program(tuple(self.cases[i] for i in idx), eff0, tuple(fields))
                 for idx in self.index]
 
   def make(self, z) -> Efficiency:
-    return dataclasses.replace(self.eff0, **{f: _from_z(f, z[f]) for f in self.fields})
+    return _make(self.eff0, self.fields, z)
 
   def __call__(self, z, weights: np.ndarray, deltas: np.ndarray, with_errors: bool = False):
     """Loss (B,), gradient and log errors (B, cases) of a batch ``z`` (dict of (B,)
