@@ -539,13 +539,18 @@ def test_a_known_tau_traces_one_branch_with_the_same_value_and_gradient(name, f)
     with cmi.positive_tau():
       return f(t)
 
-  n_both = len(jax.make_jaxpr(f)(0.1).eqns)  # a traced tau: both branches, jnp.where
-  n_soft = len(jax.make_jaxpr(promised)(0.1).eqns)
+  def n_eqns(jaxpr):  # the equations, with those of lax.cond's branches
+    return sum(1 + sum(n_eqns(b.jaxpr) for b in e.params.get("branches", ()))
+               for e in jaxpr.eqns)
+
+  n_both = n_eqns(jax.make_jaxpr(f)(0.1).jaxpr)  # a traced tau: both branches, lax.cond
+  n_soft = n_eqns(jax.make_jaxpr(promised)(0.1).jaxpr)
   assert n_soft < n_both, name
   both, soft_only = jax.jit(f), jax.jit(promised)
   for t in (0.05, 0.3):
     assert float(soft_only(t)) == float(both(t)), name
-    assert float(jax.grad(promised)(t)) == pytest.approx(float(jax.grad(f)(t)), rel=1e-6), name
+    # float32: the branch compiled as one program (lax.cond) rounds apart
+    assert float(jax.grad(promised)(t)) == pytest.approx(float(jax.grad(f)(t)), rel=2e-5, abs=1e-5), name
     assert float(f(t)) == float(both(t)), name  # a concrete positive tau
   assert float(f(0.0)) == float(both(0.0)), name  # a concrete zero: the exact branch
   assert len(jax.make_jaxpr(lambda: f(0.0))().eqns) < n_both, name

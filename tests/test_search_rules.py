@@ -56,26 +56,27 @@ _PPO_ROLES = ("actor", "reference", "critic", "reward")
 # Layouts recorded from the rules before their checks were vectorised (one
 # validate_plan call per candidate row); the step times in seconds, re-recorded
 # when the RL step mechanisms (log-prob cost per token, longest-sequence wait,
-# trainer-call cost; the rule-based reward in the single controller's process)
+# trainer-call cost; the rule-based reward in the single controller's process;
+# the decode round's attention kernel timed apart from the weight GEMMs)
 # changed the cost model, the layouts unchanged.
 _PINNED = {
     "default": (
         (("verl", "colocated", {"all": 64.0}, (2.0, 1.0, 0.5, 256.0), _fsdp(8.0)),
-         106.64159393310547),
+         106.81639862060547),
         (("openrlhf", "split", {"gen": 32.0, "train": 32.0}, (1.0, 1.0, 0.95, 256.0),
-          _fsdp(8.0)), 159.705810546875),
+          _fsdp(8.0)), 159.9066162109375),
         (("kv_fit", "split", {"gen": 32.0, "train": 32.0}, (1.0, 1.0, 0.9, 4096.0),
-          _fsdp(8.0)), 159.705810546875),
+          _fsdp(8.0)), 159.9066162109375),
     ),
     "ppo": (
         (("verl", "colocated", {"all": 16.0}, (2.0, 1.0, 0.5, 256.0), _fsdp(8.0, _PPO_ROLES)),
-         343.2348937988281),
+         343.3996276855469),
         (("openrlhf", "split3", {"gen": 8.0, "actor": 4.0, "critic": 4.0},
-          (1.0, 1.0, 0.95, 256.0), _fsdp(8.0, _PPO_ROLES)), 623.0701293945312),
+          (1.0, 1.0, 0.95, 256.0), _fsdp(8.0, _PPO_ROLES)), 623.6004028320312),
         (("areal", "split_async_partial", {"gen": 12.0, "train": 4.0}, (1.0, 1.0, 0.9, 1024.0),
           _fsdp(4.0, _PPO_ROLES)), 843.2714233398438),
         (("kv_fit", "split", {"gen": 12.0, "train": 4.0}, (1.0, 1.0, 0.9, 4096.0),
-          _fsdp(4.0, _PPO_ROLES)), 960.5568237304688),
+          _fsdp(4.0, _PPO_ROLES)), 960.7586059570312),
     ),
 }
 

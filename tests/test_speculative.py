@@ -94,12 +94,12 @@ def test_gain_shrinks_at_large_batch(cluster_2x8):
     gains.append(float(plain.extras["decode_s"]) / float(spec_c.extras["decode_s"]))
   assert 1.5 < gains[0] < 2.53     # memory bound: E less the draft's passes
   assert gains[0] > gains[1] > gains[2]
-  # Compute bound: verifying 4 tokens costs about what it saves. Per sequence
-  # and step at batch 2,048: ~20 us of GEMMs and ~5 us of KV reads plain,
-  # ~80 us of GEMMs, the same KV read and ~7 us of draft passes per verify
-  # round of 2.53 tokens; the engine's ~20 us per-sequence overhead is paid
-  # once per round either way: (20 + 5 + 20) / ((80 + 5 + 7 + 20) / 2.53) ~ 1.0.
-  assert 0.9 < gains[2] < 1.1
+  # Compute bound: speculation loses. Per sequence and step at batch 2,048:
+  # ~20 us of GEMMs and ~5 us of KV reads plain, ~80 us of GEMMs, the same KV
+  # read and ~7 us of draft passes per verify round of 2.53 tokens; the
+  # engine's ~20 us per-sequence overhead is paid per position sampled, 4 per
+  # round: (20 + 5 + 20) / ((80 + 5 + 7 + 80) / 2.53) ~ 0.66.
+  assert 0.6 < gains[2] < 0.75
 
 
 def test_draft_memory_lowers_concurrency(cluster_2x8):

@@ -91,9 +91,18 @@ def _width(tau, scale, dtype):
 
 
 def _select(tau, soft, hard):
-  """``where(tau > 0, soft(), hard())``, tracing only the known branch."""
+  """``where(tau > 0, soft(), hard())``, tracing only the known branch.
+
+  A traced scalar ``tau`` of unknown sign runs the branch it selects
+  (``lax.cond``), never both: a ``jnp.where`` over both branches gave NaN
+  gradients once XLA's algebraic simplifier had rewritten the branch not
+  taken (the relaxed step's gradient with a traced ``tau``,
+  tests/test_jax_properties.py). A ``tau`` array selects element-wise.
+  """
   on = known_positive(tau)
   if on is None:
+    if np.ndim(tau) == 0:
+      return jax.lax.cond(jnp.asarray(tau) > 0, soft, hard)
     return jnp.where(jnp.asarray(tau) > 0, soft(), hard())
   return soft() if on else hard()
 

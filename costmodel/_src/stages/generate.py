@@ -210,11 +210,19 @@ def step_overhead_s(model: ModelSpec, engine: Engine, cluster: Cluster, eff: Eff
   domains). vLLM's profile of Llama-3-8B on one H100 (v0.5.3, blog
   2024-09-05 "vLLM v0.6.0: 2.7x Throughput Improvement") spent 29% of the
   time scheduling and 38% on the GPU.
+
+  With speculative decoding a step samples ``k + 1`` positions of every
+  sequence (the target's verify logits: vLLM's ``RejectionSampler``,
+  ``vllm/v1/sample/rejection_sampler.py``, over the draft tokens and the
+  bonus token), so the per-sequence part is paid that many times per step;
+  the per-step part once per step.
   """
   ranks = engine.tp * engine.pp
   spans = jnp.clip(ranks / cluster.scaleup_domain - 1.0, 0.0, 1.0)
   eager = 0.0 if engine.cuda_graphs else float(model.n_layers)
-  return (eff.decode_step_overhead_s + eff.decode_seq_overhead_s * batch
+  spec = engine.speculative
+  positions = 1.0 if spec is None else 1.0 + jnp.asarray(spec.draft_tokens, float)
+  return (eff.decode_step_overhead_s + eff.decode_seq_overhead_s * batch * positions
           + eff.decode_rank_overhead_s * (ranks - 1.0) + eff.eager_layer_overhead_s * eager
           + eff.cross_node_step_overhead_s * spans)
 

@@ -20,6 +20,7 @@ from search._src.methods import cut_dp as cut_dp_method
 from search._src.methods import enumeration as enumeration_lib
 from search._src.methods import random_search as random_lib
 from search._src.methods import run as run_lib
+from search._src import result as result_lib
 from search._src.result import SearchResult
 
 
@@ -169,6 +170,7 @@ def cut_dp(job: cm.RLJob, cluster: cm.Cluster, budget_s: float | None = None,
     ValueError: for a bad ``budget_s``, ``keep``, ``combos`` or ``top_k``,
       an unknown family or one outside the framework and modes.
   """
+  result_lib.check_arguments("cut_dp", job, cluster)
   if budget_s is not None and (not isinstance(budget_s, (int, float)) or isinstance(
       budget_s, bool) or not budget_s > 0 or math.isnan(budget_s)):
     raise ValueError(f"cut_dp: budget_s={budget_s!r} must be None or a number > 0")
