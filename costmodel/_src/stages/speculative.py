@@ -12,12 +12,15 @@ One step of every running sequence:
   tokens touch).
 
 The step advances each sequence by ``E = tokens_per_step`` tokens, so a
-token costs ``(verify + draft) / E`` and the engine's per-step overhead is
-paid once per ``E`` tokens. While decode is memory bound (small batch) the
-verify pass costs about a plain step and the gain approaches ``E`` less the
-draft's share; past the ridge batch the verify pass costs ``k + 1`` plain
-steps' FLOPs and the gain falls below 1: speculation pays only at small
-batch, as the long-tail of a rollout is.
+token costs ``(verify + draft) / E``; the engine's per-step overhead is paid
+once per ``E`` tokens, its per-sequence overhead (sampling) once per position
+sampled, ``k + 1`` per step
+(:func:`costmodel._src.stages.generate.step_overhead_s`). While decode is
+memory bound (small batch) the verify pass costs about a plain step and the
+gain approaches ``E`` less the draft's share; past the ridge batch the verify
+pass costs ``k + 1`` plain steps' FLOPs, the per-sequence overhead grows by
+``(k + 1) / E`` and the gain falls below 1: speculation pays only at small
+batch, as the long tail of a rollout is.
 
 Memory: the draft's weights (one layer for ``mtp``/``eagle``, the whole draft
 model for ``draft``) and its KV cache per token.
