@@ -93,6 +93,10 @@ def test_gpt_oss_20b_hand_derived_count():
      "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"),
     ("${RAY_DATA_HOME}/models/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
      "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"),
+    # A family, a total size and "moe": the family's one MoE of that size (veRL's
+    # examples/grpo_trainer/run_qwen3_30b_veomni.sh at 1dda039 loads this path).
+    ("/Qwen3-30B-MoE-merge", "Qwen/Qwen3-30B-A3B"),
+    ("ckpt/qwen3-235b-moe", "Qwen/Qwen3-235B-A22B"),
 ])
 def test_fine_tune_and_release_names_map_to_their_base(model_id, base):
   spec = models.from_hf_id(model_id)
@@ -181,6 +185,8 @@ def test_distill_with_its_own_head_is_not_its_base():
     ("acme/SuperModel-13B", r"'acme/SuperModel-13B'.*no entry of the table"),
     ("x/llama-3-8b-qwen2.5-7b-merge", r"different architectures.*Qwen2.5-7B"),
     ("meta-llama/Llama-3-80B", r"'meta-llama/Llama-3-80B'.*no entry"),  # no 8B inside 80B
+    ("acme/Qwen3-70B-MoE", r"'acme/Qwen3-70B-MoE'.*no entry"),  # Qwen3 has no 70B MoE
+    ("acme/Qwen3-30B-235B-MoE", r"no entry"),  # two sizes: which one is total?
     ("", r"non-empty"),
 ])
 def test_unknown_or_ambiguous_id_refused_by_name(model_id, match):

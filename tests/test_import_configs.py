@@ -7,6 +7,7 @@ folders below the file it extends, ``${mul:...}``, ``_override_``, a model file
 """
 
 import math
+import pathlib
 import textwrap
 
 import pytest
@@ -112,6 +113,40 @@ def test_areal_interpolation_allocation_mode_and_token_budget(tmp_path):
   assert float(actor.train.micro_batch) <= math.floor(6000 / seq)
   assert float(actor.train.tp) == float(plan.roles[0].train.tp)
   assert float(imp.plan.engine.tp) == float(plan.engine.tp)
+
+
+def test_areal_allocation_wrapping_onto_one_gpu_shares_it(tmp_path):
+  # AReaL's single-GPU examples: the engine and the trainer each ask for the one
+  # GPU, and the local launcher hands it to both (round-robin over the devices).
+  path = _write(tmp_path / "one_gpu.yaml", """\
+      experiment_name: e
+      trial_name: t
+      cluster: {n_nodes: 1, n_gpus_per_node: 1}
+      allocation_mode: sglang:d1+d1
+      rollout: {max_head_offpolicyness: 2, consumer_batch_size: 8}
+      gconfig: {n_samples: 4, max_new_tokens: 1024}
+      actor: {path: Qwen/Qwen2.5-1.5B-Instruct, mb_spec: {max_tokens_per_mb: 8192}}
+      sglang: {mem_fraction_static: 0.3}
+      train_dataset: {batch_size: 8, max_length: 512}
+      """)
+  imp = export.read_config("areal", path, response_mean=500)
+  assert [(p.name, float(p.gpus)) for p in imp.plan.pools] == [("all", 1.0)]
+  assert imp.plan.rollout_pool == "all"
+  assert float(imp.plan.roles[0].train.swap) == 0.0  # no colocation strategy: no offload
+  assert imp.plan.mode.staleness == 0
+  assert any("round-robin" in n for n in imp.not_modelled)
+  assert any("max_head_offpolicyness=2" in n for n in imp.not_modelled)
+  # Two nodes: each side keeps its own GPUs, asynchronous as configured.
+  two = _write(tmp_path / "two.yaml", pathlib.Path(path).read_text().replace(
+      "n_nodes: 1, n_gpus_per_node: 1", "n_nodes: 2, n_gpus_per_node: 1"))
+  imp = export.read_config("areal", two, response_mean=500)
+  assert [p.name for p in imp.plan.pools] == ["gen", "train"]
+  assert imp.plan.mode.staleness == 2
+  # More than the node holds, not the node's GPUs twice: still refused.
+  bad = _write(tmp_path / "bad.yaml", pathlib.Path(path).read_text().replace(
+      "sglang:d1+d1", "sglang:d2+d1"))
+  with pytest.raises(ValueError, match="pools hold 3 GPUs, more than the cluster's 1"):
+    export.read_config("areal", bad, response_mean=500)
 
 
 MODEL_FILE = """\

@@ -5,7 +5,10 @@ Reads the keys of inclusionAI/AReaL@4aef98d (``areal/api/cli_args.py``,
 ``areal/api/alloc_mode.py`` (``rollout.backend: "sglang:d4t2p1"``,
 ``actor.backend: "megatron:d2p2t4e4"``). Pools: with ``scheduling_strategy``
 ``colocation`` the SGLang engines share the actor's pool ``all``; otherwise
-they take ``gen`` and the actor, reference and critic ``train``. An engine's
+they take ``gen`` and the actor, reference and critic ``train``, except on
+one node whose GPUs each side asks for whole: AReaL's local launcher hands
+them out round-robin, so both share ``all`` (time-shared, on-policy, noted).
+An engine's
 ``offload`` is its ``swap`` (colocation always offloads the actor); the fsdp
 backend's ``fsdp.offload_params`` is the CPU optimizer (``offload``).
 ``rollout.max_head_offpolicyness`` is the staleness; asynchronous rollouts are
@@ -169,7 +172,16 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   if kind not in ("sglang", "vllm"):
     raise ValueError(f"{FW}: rollout.backend={o['rollout.backend']!r} is a training backend")
   colocated = o.get("rollout.scheduling_strategy.type", "separation") == "colocation"
-  pool = "all" if colocated else "train"
+  nodes, per_node = number(o, "cluster.n_nodes", FW, 1), number(o, "cluster.n_gpus_per_node", FW, 8)
+  wrapped = not colocated and _wraps(o, nodes, per_node)
+  if wrapped:
+    gpus_s = f"{per_node} GPU" + ("s" if per_node > 1 else "")
+    notes.append(f"rollout.backend={o['rollout.backend']!r} and actor.backend="
+                 f"{o['actor.backend']!r} each take the node's {gpus_s}: AReaL's "
+                 "local launcher hands out the visible GPUs round-robin, so the rollout "
+                 "engine and the trainer share them (costed colocated, time-shared, "
+                 "without offload)")
+  pool = "all" if colocated or wrapped else "train"
   seq = float(job.prompt_len) + float(g.response_mean)
   actor, gpus = _layout(o, "actor", samples, trained=True, seq=seq, notes=notes)
   if colocated:  # colocation offloads the actor while SGLang generates
@@ -185,16 +197,32 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   tp, pp = dims.get("t", 1), dims.get("p", 1)
   engine = _sglang(o, g, dims) if kind == "sglang" else _vllm(o, g, dims)
   pools = [cm.Pool(pool, float(gpus))]
-  if not colocated:
+  if pool != "all":
     pools.insert(0, cm.Pool("gen", float(dims.get("d", 1) * tp * pp)))
   staleness = number(o, "rollout.max_head_offpolicyness", FW, 0, minimum=0)
+  if wrapped and staleness:
+    notes.append(f"rollout.max_head_offpolicyness={staleness}: the engine and the trainer "
+                 "run at once on the GPUs they share; the cost model runs one at a time "
+                 "there, on-policy (the overlap is not modelled)")
+    staleness = 0
   plan = cm.Plan(pools=tuple(pools), roles=tuple(roles), engine=engine,
-                 rollout_pool="all" if colocated else "gen",
+                 rollout_pool="all" if pool == "all" else "gen",
                  mode=cm.Mode(staleness=staleness, partial_rollout=staleness > 0))
-  nodes, per_node = number(o, "cluster.n_nodes", FW, 1), number(o, "cluster.n_gpus_per_node", FW, 8)
   cluster = importing.build_cluster(g, [(nodes, per_node)])
   cm.validate_plan(job, plan, cluster)
   return importing.imported(job, plan, cluster, o, _RELEVANT, tuple(notes))
+
+
+def _wraps(o, nodes: int, per_node: int) -> bool:
+  """Whether a separated allocation wraps onto one node's GPUs: on one node
+  AReaL's local launcher and scheduler hand out the visible GPUs round-robin
+  (``areal/infra/launcher/local.py`` ``submit_array``,
+  ``areal/infra/scheduler/local.py`` ``_allocate_gpus``), so a rollout engine
+  and a trainer that each ask for the whole node share its GPUs."""
+  _, train = _backend(o, "actor.backend")
+  _, gen = _backend(o, "rollout.backend")
+  size = lambda d: math.prod(d.get(c, 1) for c in "dtpc")
+  return nodes == 1 and size(gen) == per_node and size(train) == per_node
 
 
 # GenerationHyperparameters (areal/api/cli_args.py @4aef98d): max_new_tokens 16,384 by

@@ -18,7 +18,11 @@ Name rules, tried in order on the id (case-insensitive):
    separator on the left and by the end or ``-`` on the right
    (``OpenRLHF/Llama-3-8b-sft-mixture`` contains ``llama-3-8b``); a name
    inside a longer match does not count, and names of two different
-   architectures are an error.
+   architectures are an error;
+4. a name whose words give a family, one total size and ``moe``
+   (``/Qwen3-30B-MoE-merge``) is the family's MoE entry of that size named
+   with its active size (``Qwen3-30B-A3B``), when the entries that fit share
+   one architecture.
 
 Ids the cost model does not represent (``costmodel/data/hf_unsupported.yaml``,
 each with its reason and source) are refused by the first two rules with
@@ -211,10 +215,14 @@ def match(model_id: str) -> tuple[str, str]:
       if left_ok and right_ok:
         hits.append((m.start(), m.end(), entries))
   if not hits:
+    moe = _moe_by_size(stem)
+    if moe is not None:
+      return moe
     raise ValueError(
         f"model_id={model_id!r}: no entry of the table (costmodel/data/hf_models.yaml, "
-        f"{len(table())} ids) is its id, its last part {stem!r} without release words, or a "
-        "name contained in it; give a preset or the model's config.json")
+        f"{len(table())} ids) is its id, its last part {stem!r} without release words, a "
+        "name contained in it, or a family's one MoE of the size it states; give a preset "
+        "or the model's config.json")
   # A name inside a longer match (DeepSeek-R1 in DeepSeek-R1-Distill-Qwen-7B) is not a hit.
   kept = [h for h in hits if not any(o[0] <= h[0] and h[1] <= o[1] and o[1] - o[0] > h[1] - h[0]
                                      for o in hits)]
@@ -224,6 +232,28 @@ def match(model_id: str) -> tuple[str, str]:
                      f"{candidates}; give the base model's id")
   best = max(kept, key=lambda h: h[1] - h[0])
   return best[2][0], f"name contains {stem[best[0]:best[1]]!r}"
+
+
+_SIZE = re.compile(r"\d+(?:\.\d+)?b")
+_ACTIVE = re.compile(r"a\d+(?:\.\d+)?b")
+
+
+def _moe_by_size(stem: str) -> tuple[str, str] | None:
+  """Rule 4: a name of words ``<family>-<size>...-moe...`` (``Qwen3-30B-MoE-merge``)
+  is the one MoE entry of that family and total size, named
+  ``<family>-<size>-a<active>`` (``Qwen3-30B-A3B``); None when the name does not
+  say MoE or entries of more than one architecture (or none) fit."""
+  words = stem.split("-")
+  sizes = [w for w in words if _SIZE.fullmatch(w)]
+  if "moe" not in words or len(words) < 3 or len(sizes) != 1:
+    return None
+  family, size = words[0], sizes[0]
+  fits = sorted(e for name, entries in _by_stem().items() for e in entries
+                if name.split("-")[0] == family and size in name.split("-")
+                and any(_ACTIVE.fullmatch(w) for w in name.split("-")))
+  if not fits or not _same_architecture(fits):
+    return None
+  return fits[0], f"name states {family!r}, {size!r} and 'moe': the family's one MoE of that size"
 
 
 @functools.cache
