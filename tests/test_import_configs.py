@@ -149,6 +149,29 @@ def test_areal_allocation_wrapping_onto_one_gpu_shares_it(tmp_path):
     export.read_config("areal", bad, response_mean=500)
 
 
+def test_areal_prompt_fits_the_token_budget_with_the_longest_response(tmp_path):
+  # AReaL refuses any sequence longer than mb_spec.max_tokens_per_mb, so a run
+  # that runs keeps prompt + response within it: 8192 - 2048 = 6144-token prompts.
+  path = _write(tmp_path / "c.yaml", """\
+      experiment_name: e
+      trial_name: t
+      cluster: {n_nodes: 1, n_gpus_per_node: 8}
+      allocation_mode: sglang:d4+d4
+      gconfig: {n_samples: 4, max_new_tokens: 2048}
+      actor: {path: Qwen/Qwen2.5-1.5B-Instruct, mb_spec: {max_tokens_per_mb: 8192}}
+      sglang: {mem_fraction_static: 0.8}
+      train_dataset: {batch_size: 8, max_length: 8192}
+      """)
+  imp = export.read_config("areal", path, response_mean=1000)
+  assert float(imp.job.prompt_len) == 6144
+  assert any("prompts taken as at most 6144 tokens" in n for n in imp.not_modelled)
+  loose = _write(tmp_path / "d.yaml", pathlib.Path(path).read_text().replace(
+      "max_length: 8192", "max_length: 4096"))
+  imp = export.read_config("areal", loose, response_mean=1000)
+  assert float(imp.job.prompt_len) == 4096
+  assert not any("prompts taken" in n for n in imp.not_modelled)
+
+
 MODEL_FILE = """\
     NLAYERS=12
     FIRST_K_DENSE_REPLACE=2

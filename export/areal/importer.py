@@ -161,7 +161,7 @@ def read(source: Any, **missing: Any) -> importing.Imported:
   actor_model = importing.model_spec(g.model, "model", o.get("actor.path"))
   n = number(o, "gconfig.n_samples", FW, 1)
   use_ref = "ref.backend" in o
-  prompt = (number(o, "train_dataset.max_length", FW)
+  prompt = (_prompt_within_budget(o, number(o, "train_dataset.max_length", FW), notes)
             if o.get("train_dataset.max_length") is not None else
             importing.unstated_prompt(g, "no train_dataset.max_length", notes))
   job = importing.build_job(FW, g, algorithm, actor_model, prompts, n, prompt,
@@ -228,6 +228,23 @@ def _wraps(o, nodes: int, per_node: int) -> bool:
 # GenerationHyperparameters (areal/api/cli_args.py @4aef98d): max_new_tokens 16,384 by
 # default, and max_tokens (prompt and response together) 32,768.
 _GCONFIG_DEFAULTS = {"gconfig.max_new_tokens": 16384, "gconfig.max_tokens": 32768}
+
+
+def _prompt_within_budget(o: dict, prompt: int, notes: list[str]) -> int:
+  """``train_dataset.max_length`` (the longest prompt kept), at most the actor's token
+  budget less the longest response: AReaL refuses a sequence longer than
+  ``mb_spec.max_tokens_per_mb`` (``areal/utils/seqpack.py`` ``ffd_allocate``), so in a
+  run that runs every prompt and its response fit in it (noted when it binds)."""
+  if o.get("actor.mb_spec.max_tokens_per_mb") is None:
+    return prompt
+  budget = number(o, "actor.mb_spec.max_tokens_per_mb", FW, minimum=1)
+  new = number(o, "gconfig.max_new_tokens", FW, _GCONFIG_DEFAULTS["gconfig.max_new_tokens"])
+  if prompt + new <= budget or budget <= new:
+    return prompt
+  notes.append(f"prompt length: train_dataset.max_length={prompt} with gconfig.max_new_tokens="
+               f"{new} exceeds actor.mb_spec.max_tokens_per_mb={budget}, which AReaL refuses "
+               f"for any sequence; prompts taken as at most {budget - new} tokens")
+  return budget - new
 
 
 def _max_new_tokens(o: dict, prompt: int) -> int:

@@ -144,7 +144,11 @@ def _pick(name: str, description: str, family: str, fs: space_lib.FamilySpace | 
                         wall_time_s=time.perf_counter() - t0)
   ev = evaluate.Evaluator(fs, eff, full=True)
   values = np.stack(rows)
-  s = ev.scores(values)
+  # A rule has a few dozen candidate rows at most: scored by the whole-estimate
+  # program that also gives the chosen plan's estimate, one compiled program per
+  # family instead of that and the ranking program (the PPO job's four rules
+  # took 53 s from a cold start with both, 22 s with one).
+  s, _ = ev.scores(values, with_estimates=True)
   # A rule takes the first layout in its own order that fits, not the fastest:
   # its order of preference stands in for the step time of the ranking.
   i = int(result_lib.ranking(np.arange(len(values), dtype=float), s.feasible, s.excess)[0])
