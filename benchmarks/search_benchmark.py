@@ -265,8 +265,7 @@ def _pct(x: float) -> str:
 
 
 def _report(throughput, headline, quality) -> str:
-  lines = ["# Layout search benchmark", "",
-           f"Machine: {os.cpu_count()} CPU cores; JAX on CPU. "
+  lines = [f"Machine: {os.cpu_count()} CPU cores; JAX on CPU. "
            f"Starts {_STARTS.value}, relaxed steps {_STEPS.value}.", ""]
   lines += ["## Exact evaluations per second (after compilation, chunks of 16,384)", "",
             "| problem | evaluations / s, sampled | evaluations / s, enumeration order "
