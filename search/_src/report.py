@@ -72,7 +72,7 @@ def format_job(job: cm.RLJob, cluster: cm.Cluster) -> str:
           f"{float(job.samples_per_prompt):g} samples, prompt {float(job.prompt_len):g}, "
           f"response mean {float(job.response.mean):.0f} max {float(job.response.max):.0f}\n"
           f"cluster: {cluster.nodes} x {cluster.gpus_per_node} {cluster.accelerator.name} "
-          f"({cluster.n_gpus} GPUs)")
+          f"({cluster.n_gpus} GPU{'' if cluster.n_gpus == 1 else 's'})")
 
 
 def format_next(accepted_by: tuple[str, ...], out: str | None, report_path: str | None,
