@@ -78,7 +78,8 @@ def test_plan_plans_or_refuses_in_one_line(capsys, argv):
   _outcome("plan", code, out, err)
   if code == 0:
     nodes, gpus = int(argv[argv.index("--nodes") + 1]), int(argv[argv.index("--gpus_per_node") + 1])
-    assert f"({nodes * gpus} GPUs)" in out
+    n = nodes * gpus
+    assert f"({n} GPU{'' if n == 1 else 's'})" in out
     assert re.search(r"^families to search \(\w+\): \w+", out, re.M), out
 
 
