@@ -7,7 +7,6 @@ folders below the file it extends, ``${mul:...}``, ``_override_``, a model file
 """
 
 import math
-import pathlib
 import textwrap
 
 import pytest
@@ -115,21 +114,30 @@ def test_areal_interpolation_allocation_mode_and_token_budget(tmp_path):
   assert float(imp.plan.engine.tp) == float(plan.engine.tp)
 
 
+# A short AReaL experiment config in the shape its examples take.
+_AREAL = """\
+    experiment_name: e
+    trial_name: t
+    cluster: {{n_nodes: {nodes}, n_gpus_per_node: {per_node}}}
+    allocation_mode: {allocation}
+    rollout: {{max_head_offpolicyness: 2, consumer_batch_size: 8}}
+    gconfig: {{n_samples: 4, max_new_tokens: {new}}}
+    actor: {{path: Qwen/Qwen2.5-1.5B-Instruct, mb_spec: {{max_tokens_per_mb: 8192}}}}
+    sglang: {{mem_fraction_static: 0.3}}
+    train_dataset: {{batch_size: 8, max_length: {prompt}}}
+    """
+
+
+def _areal(tmp_path, name, nodes=1, per_node=1, allocation="sglang:d1+d1", new=1024,
+           prompt=512):
+  return _write(tmp_path / name, _AREAL.format(nodes=nodes, per_node=per_node,
+                                               allocation=allocation, new=new, prompt=prompt))
+
+
 def test_areal_allocation_wrapping_onto_one_gpu_shares_it(tmp_path):
   # AReaL's single-GPU examples: the engine and the trainer each ask for the one
   # GPU, and the local launcher hands it to both (round-robin over the devices).
-  path = _write(tmp_path / "one_gpu.yaml", """\
-      experiment_name: e
-      trial_name: t
-      cluster: {n_nodes: 1, n_gpus_per_node: 1}
-      allocation_mode: sglang:d1+d1
-      rollout: {max_head_offpolicyness: 2, consumer_batch_size: 8}
-      gconfig: {n_samples: 4, max_new_tokens: 1024}
-      actor: {path: Qwen/Qwen2.5-1.5B-Instruct, mb_spec: {max_tokens_per_mb: 8192}}
-      sglang: {mem_fraction_static: 0.3}
-      train_dataset: {batch_size: 8, max_length: 512}
-      """)
-  imp = export.read_config("areal", path, response_mean=500)
+  imp = export.read_config("areal", _areal(tmp_path, "one.yaml"), response_mean=500)
   assert [(p.name, float(p.gpus)) for p in imp.plan.pools] == [("all", 1.0)]
   assert imp.plan.rollout_pool == "all"
   assert float(imp.plan.roles[0].train.swap) == 0.0  # no colocation strategy: no offload
@@ -137,14 +145,11 @@ def test_areal_allocation_wrapping_onto_one_gpu_shares_it(tmp_path):
   assert any("round-robin" in n for n in imp.not_modelled)
   assert any("max_head_offpolicyness=2" in n for n in imp.not_modelled)
   # Two nodes: each side keeps its own GPUs, asynchronous as configured.
-  two = _write(tmp_path / "two.yaml", pathlib.Path(path).read_text().replace(
-      "n_nodes: 1, n_gpus_per_node: 1", "n_nodes: 2, n_gpus_per_node: 1"))
-  imp = export.read_config("areal", two, response_mean=500)
+  imp = export.read_config("areal", _areal(tmp_path, "two.yaml", nodes=2), response_mean=500)
   assert [p.name for p in imp.plan.pools] == ["gen", "train"]
   assert imp.plan.mode.staleness == 2
   # More than the node holds, not the node's GPUs twice: still refused.
-  bad = _write(tmp_path / "bad.yaml", pathlib.Path(path).read_text().replace(
-      "sglang:d1+d1", "sglang:d2+d1"))
+  bad = _areal(tmp_path, "bad.yaml", allocation="sglang:d2+d1")
   with pytest.raises(ValueError, match="pools hold 3 GPUs, more than the cluster's 1"):
     export.read_config("areal", bad, response_mean=500)
 
@@ -152,21 +157,13 @@ def test_areal_allocation_wrapping_onto_one_gpu_shares_it(tmp_path):
 def test_areal_prompt_fits_the_token_budget_with_the_longest_response(tmp_path):
   # AReaL refuses any sequence longer than mb_spec.max_tokens_per_mb, so a run
   # that runs keeps prompt + response within it: 8192 - 2048 = 6144-token prompts.
-  path = _write(tmp_path / "c.yaml", """\
-      experiment_name: e
-      trial_name: t
-      cluster: {n_nodes: 1, n_gpus_per_node: 8}
-      allocation_mode: sglang:d4+d4
-      gconfig: {n_samples: 4, max_new_tokens: 2048}
-      actor: {path: Qwen/Qwen2.5-1.5B-Instruct, mb_spec: {max_tokens_per_mb: 8192}}
-      sglang: {mem_fraction_static: 0.8}
-      train_dataset: {batch_size: 8, max_length: 8192}
-      """)
-  imp = export.read_config("areal", path, response_mean=1000)
+  tight = _areal(tmp_path, "c.yaml", per_node=8, allocation="sglang:d4+d4", new=2048,
+                 prompt=8192)
+  imp = export.read_config("areal", tight, response_mean=1000)
   assert float(imp.job.prompt_len) == 6144
   assert any("prompts taken as at most 6144 tokens" in n for n in imp.not_modelled)
-  loose = _write(tmp_path / "d.yaml", pathlib.Path(path).read_text().replace(
-      "max_length: 8192", "max_length: 4096"))
+  loose = _areal(tmp_path, "d.yaml", per_node=8, allocation="sglang:d4+d4", new=2048,
+                 prompt=4096)
   imp = export.read_config("areal", loose, response_mean=1000)
   assert float(imp.job.prompt_len) == 4096
   assert not any("prompts taken" in n for n in imp.not_modelled)
@@ -265,7 +262,7 @@ def test_nemo_rl_model_path_that_points_at_its_own_guide_takes_the_one_id_it_nam
   assert imp.job.actor == cm.models.from_hf_id("Qwen/Qwen2.5-7B")
   assert ("model path is an instruction; the guide docs/guides/convert.md names Qwen/Qwen2.5-7B"
           in imp.not_modelled)
-  refused = r"model: the config's model path 'Follow instructions in .*' is a \w+ to fill in"
+  refused = r"model: the config's model path 'Follow instructions in .*' is an instruction, not a path"
   # two models named: which one the run uses is not stated
   two = guide + "or https://huggingface.co/Qwen/Qwen2.5-14B\n"
   with pytest.raises(ValueError, match=refused):
