@@ -234,10 +234,10 @@ def test_areal_response_bound_takes_its_generation_defaults(tmp_path):
 
 @pytest.mark.parametrize("path", ["/path/to/nemotron-super-hf-checkpoint",
                                   "Follow instructions in docs/guides/deepseek.md"])
-def test_a_placeholder_model_path_is_refused_as_one(tmp_path, path):
+def test_a_model_path_that_is_an_instruction_is_refused_as_one(tmp_path, path):
   def edit(cfg):
     cfg["policy"]["model_name"] = path
-  with pytest.raises(ValueError, match=r"model path .* is a placeholder to fill in; give "
+  with pytest.raises(ValueError, match=r"model path .* is an instruction, not a path; give "
                      r"model= a preset"):
     job, _, _, cfg = _export("nemo_rl", lambda n, j: j.algorithm == "grpo")
     cfg = dict(cfg)

@@ -107,8 +107,8 @@ def _cause(why: str) -> str:
     return "architecture not in the model table"
   if "names no model path" in why:
     return "no model path"
-  if "is a placeholder to fill in" in why:
-    return "model path a placeholder"
+  if "is an instruction, not a path" in why:
+    return "model path an instruction, not a path"
   m = re.match(r"([^:]+: [\w.\-]+)", why)
   return _cell(m.group(1) if m else why[:60])
 

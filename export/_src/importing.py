@@ -165,7 +165,7 @@ def _known_model(name: str) -> cm.ModelSpec | None:
 
 
 # A model path that is an instruction, not a path: words with blanks, /path/to/..., <...>.
-_PLACEHOLDER = r"\s|^/path/to/|<[^>]*>"
+_INSTRUCTION = r"\s|^/path/to/|<[^>]*>"
 
 
 def model_spec(value: Any, field: str, config_path: str | None = None) -> cm.ModelSpec:
@@ -181,9 +181,9 @@ def model_spec(value: Any, field: str, config_path: str | None = None) -> cm.Mod
       raise ValueError(f"{field}={value!r} is neither a preset ({presets}) nor an existing "
                        "config.json")
     return spec
-  if config_path and re.search(_PLACEHOLDER, str(config_path)):
-    raise ValueError(f"{field}: the config's model path {config_path!r} is a placeholder to "
-                     f"fill in; give {field}= a preset or a config.json (--model, --config_json)")
+  if config_path and re.search(_INSTRUCTION, str(config_path)):
+    raise ValueError(f"{field}: the config's model path {config_path!r} is an instruction, "
+                     f"not a path; give {field}= a preset or a config.json (--model, --config_json)")
   if config_path:
     base = os.path.basename(str(config_path).rstrip("/")).lower()
     # a checkpoint's name less its tuning and quantization suffixes: the same architecture
