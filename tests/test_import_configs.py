@@ -262,7 +262,8 @@ def test_nemo_rl_model_path_that_points_at_its_own_guide_takes_the_one_id_it_nam
   assert imp.job.actor == cm.models.from_hf_id("Qwen/Qwen2.5-7B")
   assert ("model path is an instruction; the guide docs/guides/convert.md names Qwen/Qwen2.5-7B"
           in imp.not_modelled)
-  refused = r"model: the config's model path 'Follow instructions in .*' is an instruction, not a path"
+  refused = (r"model: the config's model path 'Follow instructions in .*' is an instruction, "
+             r"not a path")
   # two models named: which one the run uses is not stated
   two = guide + "or https://huggingface.co/Qwen/Qwen2.5-14B\n"
   with pytest.raises(ValueError, match=refused):

@@ -550,7 +550,8 @@ def test_a_known_tau_traces_one_branch_with_the_same_value_and_gradient(name, f)
   for t in (0.05, 0.3):
     assert float(soft_only(t)) == float(both(t)), name
     # float32: the branch compiled as one program (lax.cond) rounds apart
-    assert float(jax.grad(promised)(t)) == pytest.approx(float(jax.grad(f)(t)), rel=2e-5, abs=1e-5), name
+    assert float(jax.grad(promised)(t)) == pytest.approx(float(jax.grad(f)(t)), rel=2e-5,
+                                                         abs=1e-5), name
     assert float(f(t)) == float(both(t)), name  # a concrete positive tau
   assert float(f(0.0)) == float(both(0.0)), name  # a concrete zero: the exact branch
   assert len(jax.make_jaxpr(lambda: f(0.0))().eqns) < n_both, name

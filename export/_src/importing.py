@@ -183,7 +183,8 @@ def model_spec(value: Any, field: str, config_path: str | None = None) -> cm.Mod
     return spec
   if config_path and re.search(_INSTRUCTION, str(config_path)):
     raise ValueError(f"{field}: the config's model path {config_path!r} is an instruction, "
-                     f"not a path; give {field}= a preset or a config.json (--model, --config_json)")
+                     f"not a path; give {field}= a preset or a config.json "
+                     "(--model, --config_json)")
   if config_path:
     base = os.path.basename(str(config_path).rstrip("/")).lower()
     # a checkpoint's name less its tuning and quantization suffixes: the same architecture
