@@ -95,7 +95,7 @@ def assert_tree_allclose(a, b, rtol: float | None = None, atol: float | None = N
 
 # A module that defines a module-scoped fixture (a search, an enumeration, a
 # set of estimates) runs on one pytest-xdist worker (``--dist loadgroup``):
-# sent test by test, both workers would build the fixture.
+# sent test by test, every worker would build the fixture.
 _MODULE_FIXTURE = re.compile(r"@pytest\.fixture\([^)]*scope=\"module\"")
 
 
@@ -129,7 +129,7 @@ def _jax_cache_in_tmp(tmp_path_factory):
   in any worker or subprocess, loads in the next that builds it.
 
   Every program is kept, however fast it compiled (threshold 0 s): the suite
-  runs the cost model eagerly in many processes (two workers, the notebook
+  runs the cost model eagerly in many processes (the workers, the notebook
   kernels, the command-line tests), and each compiles the same few thousand
   small programs (one per primitive and shape) that a later one then loads.
   The settings reach subprocesses through JAX's environment variables

@@ -156,6 +156,20 @@ def test_readme_is_short_and_links_the_documentation():
       assert f"docs/{page.name}" in readme, f"the README links no docs/{page.name}"
 
 
+def test_readme_test_command_is_what_ci_runs():
+  """The README's test command installs the extras ``.ci/run`` installs and runs
+  the pytest command ``.ci/run`` runs, flags included."""
+  readme = (ROOT / "README.md").read_text(encoding="utf-8")
+  shown = re.search(r"^python -m pip install (.+?) && (python -m pytest[^\n]*)$", readme, re.M)
+  assert shown, "the README shows no 'pip install ... && python -m pytest ...' command"
+  ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+  lines = [ln.strip() for ln in ci.splitlines() if not ln.lstrip().startswith("#")]
+  pytest_lines = [ln for ln in lines if ln.startswith("python -m pytest")]
+  assert pytest_lines == [shown.group(2)]
+  extras = re.search(r'"\.\[([\w,]+)\]"', shown.group(1)).group(1)
+  assert any(ln.startswith("python -m pip install") and f'".[{extras}]"' in ln for ln in lines)
+
+
 def test_readme_accuracy_rows_are_the_fidelity_reports():
   readme = (ROOT / "README.md").read_text(encoding="utf-8")
   table = re.search(r"<!-- accuracy table:.*?-->\n(.*?)<!-- accuracy table end -->", readme, re.S)
