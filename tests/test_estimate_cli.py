@@ -19,7 +19,6 @@ EXAMPLE = os.path.join(ROOT, "tests", "data", "verl_examples", "run_qwen3_8b_fsd
 
 def _run(module, args, cwd):
   env = dict(os.environ, PYTHONPATH=ROOT)
-  env.pop("XLA_FLAGS", None)
   env.pop("JAX_PLATFORMS", None)
   return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
                         env=env, cwd=cwd, timeout=900)

@@ -151,7 +151,6 @@ def test_estimate_cli_prints_what_the_export_adapts(tmp_path):
   plan = _sync(plan, "ipc")
   export.write_plan(str(tmp_path / "plan.json"), plan, job=job, cluster=cluster)
   env = dict(os.environ, PYTHONPATH=ROOT)
-  env.pop("XLA_FLAGS", None)
   r = subprocess.run([sys.executable, "-m", "search.estimate_cli", "--plan", "plan.json",
                       "--export", "nemo_rl"], capture_output=True, text=True, env=env,
                      cwd=tmp_path, timeout=900)

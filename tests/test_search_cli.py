@@ -9,7 +9,6 @@ import sys
 
 def _start(args, tmp_path):
   env = dict(os.environ)
-  env.pop("XLA_FLAGS", None)
   # The code of this checkout, not an installed copy (the command runs in tmp_path).
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
