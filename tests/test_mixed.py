@@ -69,7 +69,7 @@ def test_options_are_ranked_by_cost_and_priced_by_pool(results):
   # Same-type splits never use more nodes than the group has.
   assert all(o.gen_nodes + o.train_nodes <= GROUPS[o.gen_gpu]
              for o in gen.options if o.gen_gpu == o.train_gpu)
-  print("\n" + search._src.mixed.format_mixed(gen))
+  print("\n" + gen.table())
 
 
 def test_bad_groups_are_rejected():

@@ -3,6 +3,7 @@ target, the fastest within a budget. Prices are test inputs."""
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -90,3 +91,31 @@ def test_sizing_a_real_job_on_two_types(tmp_path):
   path = tmp_path / "pareto.png"
   search.plot_pareto(res.options, str(path))
   assert path.stat().st_size > 0
+
+
+def test_layouts_planner_climbs_the_ladders_it_is_given():
+  job = cm.RLJob("grpo", cm.models.get("qwen2.5-1.5b"), prompts_per_step=64.0,
+                 samples_per_prompt=4.0, prompt_len=512.0,
+                 response=cm.ResponseLength.from_mean_max(500.0, 2048.0))
+  prices = {"H100": 3.0}
+  for families, pools in ((("colocated",), 1), (("split",), 2)):
+    planner = functools.partial(search.layouts_planner, families=families)
+    res = search.size_cluster(job, prices, nodes=(2,), planner=planner)
+    (only,) = res.options
+    assert only.feasible and len(only.plan.pools) == pools, families
+  # One node holds no split of whole nodes: the split ladder alone finds nothing.
+  one = search.layouts_planner(job, cm.Cluster("H100", 8, 1), families=("split",))
+  assert one.best_plan is None and "split ladder fits" in one.infeasible_reason
+  for bad in ((), ("split_async",), "colocated"):
+    with pytest.raises(ValueError, match=r"layouts_planner: families=.* must be a non-empty "
+                                         r"subset of \('colocated', 'split'\)"):
+      search.layouts_planner(job, cm.Cluster("H100", 8, 1), families=bad)
+
+
+def test_sizing_table_has_a_line_per_option_and_marks_the_front():
+  res = search.SizingResult(None, None, HAND[:1], HAND)
+  lines = res.table().splitlines()
+  assert len(lines) == len(HAND) + 1
+  marked = [ln for ln in lines[1:] if ln.startswith("* ")]
+  assert len(marked) == 1 and marked[0].split()[1:3] == ["A", "1"]
+  assert lines[-1].split()[:4] == ["C", "1", "8", "no"]  # infeasible: "no fit"

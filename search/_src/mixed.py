@@ -102,18 +102,37 @@ def best_plan(job: cm.RLJob, cluster: cm.Cluster, plans, efficiency=None):
   return best
 
 
-def layouts_planner(job: cm.RLJob, cluster: cm.Cluster, modes=MODES) -> SearchResult:
-  """A planner for :func:`search.size_cluster`: the fastest of the colocated and
-  split ladders on a one-type cluster (no search); ``modes``: those of the splits."""
+LADDERS = ("colocated", "split")
+
+
+def layouts_planner(job: cm.RLJob, cluster: cm.Cluster, modes=MODES,
+                    families=LADDERS) -> SearchResult:
+  """A planner for :func:`search.size_cluster`: the fastest plan of the
+  colocated and split ladders on a one-type cluster (no search).
+
+  Args:
+    job: The RL job.
+    cluster: A one-type cluster.
+    modes: The execution modes of the split plans.
+    families: The ladders to climb, a non-empty subset of ``("colocated",
+      "split")`` (``functools.partial(layouts_planner, families=("colocated",))``
+      sizes a colocated cluster).
+  """
+  families = tuple(families)
+  if not families or any(f not in LADDERS for f in families):
+    raise ValueError(f"layouts_planner: families={families!r} must be a non-empty subset of "
+                     f"{LADDERS}")
   hw = cluster.accelerator
   n, per = cluster.n_gpus, cluster.gpus_per_node
-  plans = colocated_plans(job, cluster, cm.Pool("all", float(n), hw))
-  for g in range(per, n, per):
+  plans = colocated_plans(job, cluster, cm.Pool("all", float(n), hw)) if (
+      "colocated" in families) else []
+  for g in range(per, n, per) if "split" in families else ():
     plans += split_plans(job, cluster, cm.Pool("gen", float(g), hw),
                          cm.Pool("train", float(n - g), hw), modes)
   plan, est = best_plan(job, cluster, plans)
   if plan is None:
-    return SearchResult(method="layouts", infeasible_reason="no layout of the ladder fits")
+    return SearchResult(method="layouts", infeasible_reason=(
+        f"no layout of the {' and '.join(families)} ladder{'s' * (len(families) > 1)} fits"))
   family = "colocated" if len(plan.pools) == 1 else "split"
   return SearchResult(method="layouts", best_plan=plan, best_estimate=cm.estimate(
       job, plan, cluster), family=family, top=((plan, est),), top_families=(family,))
@@ -156,6 +175,11 @@ class MixedResult(NamedTuple):
   rule_of_thumb: MixedOption | None
   single_type: dict
   options: tuple[MixedOption, ...]
+
+  def table(self, top: int = 5) -> str:
+    """The ``top`` cheapest options, the rule of thumb and each single-type
+    optimum, one line each."""
+    return format_mixed(self, top)
 
 
 def option(job, cluster, prices, gen, gen_nodes, train, train_nodes, plans, per_node):

@@ -68,6 +68,10 @@ class SizingResult(NamedTuple):
   front: tuple[ClusterOption, ...]
   options: tuple[ClusterOption, ...]
 
+  def table(self) -> str:
+    """The options as a table, one line each, the Pareto front marked ``*``."""
+    return format_options(self.options, self.front)
+
 
 def load_prices(path: str) -> dict[str, float]:
   """Prices per GPU-hour from a YAML file: ``prices: {H100: 2.5, ...}``."""
