@@ -130,7 +130,7 @@ def run_cost(job: cm.RLJob, gpus_per_node: int) -> int:
     groups = _groups(_MIXED.value)
     result = mixed_lib.mixed_cluster(job, groups, {g: prices.get(g) for g in groups},
                                      gpus_per_node)
-    print(mixed_lib.format_mixed(result))
+    print(result.table())
     return 0 if result.best is not None else 1
   nodes = _nodes()
   planner = mixed_lib.layouts_planner if _PLANNER.value == "layouts" else _PLANNER.value
@@ -138,7 +138,7 @@ def run_cost(job: cm.RLJob, gpus_per_node: int) -> int:
                             target_step_s=_TARGET_STEP.value,
                             target_samples_per_s=_TARGET_RATE.value,
                             budget_per_hour=_BUDGET.value, planner=planner)
-  print(sizing.format_options(res.options, res.front))
+  print(res.table())
   for tag, o in (("cheapest meeting the target", res.cheapest),
                  ("fastest within the budget", res.fastest)):
     print(f"{tag}: " + (f"{o.nodes} x {o.gpus // o.nodes} {o.gpu}, step {o.step_time_s:.1f} s, "

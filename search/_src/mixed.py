@@ -124,15 +124,17 @@ def layouts_planner(job: cm.RLJob, cluster: cm.Cluster, modes=MODES,
                      f"{LADDERS}")
   hw = cluster.accelerator
   n, per = cluster.n_gpus, cluster.gpus_per_node
-  plans = colocated_plans(job, cluster, cm.Pool("all", float(n), hw)) if (
-      "colocated" in families) else []
-  for g in range(per, n, per) if "split" in families else ():
-    plans += split_plans(job, cluster, cm.Pool("gen", float(g), hw),
-                         cm.Pool("train", float(n - g), hw), modes)
+  plans = []
+  if "colocated" in families:
+    plans += colocated_plans(job, cluster, cm.Pool("all", float(n), hw))
+  if "split" in families:
+    for g in range(per, n, per):
+      plans += split_plans(job, cluster, cm.Pool("gen", float(g), hw),
+                           cm.Pool("train", float(n - g), hw), modes)
   plan, est = best_plan(job, cluster, plans)
   if plan is None:
     return SearchResult(method="layouts", infeasible_reason=(
-        f"no layout of the {' and '.join(families)} ladder{'s' * (len(families) > 1)} fits"))
+        f"no layout of the {' or '.join(families)} ladder fits"))
   family = "colocated" if len(plan.pools) == 1 else "split"
   return SearchResult(method="layouts", best_plan=plan, best_estimate=cm.estimate(
       job, plan, cluster), family=family, top=((plan, est),), top_families=(family,))
