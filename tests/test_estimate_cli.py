@@ -12,6 +12,7 @@ import pytest
 
 import costmodel as cm
 import export
+from search import estimate_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "tests", "data", "verl_examples", "run_qwen3_8b_fsdp_1dda039.txt")
@@ -91,27 +92,31 @@ def test_plan_from_a_verl_run_prints_the_settings_to_change(tmp_path):
   assert "Traceback" not in r.stderr and "No GPU/TPU" not in r.stderr
 
 
-def test_estimate_of_a_slime_run_and_an_areal_run_that_lacks_its_keep_rate(tmp_path):
+def test_estimate_of_a_slime_run_and_an_areal_run_that_lacks_its_keep_rate(
+    tmp_path, monkeypatch, capsys):
+  # In this process (``estimate_cli.call``): the subprocess runs are the tests above.
   import test_export_frameworks as grid  # pylint: disable=import-outside-toplevel
+  monkeypatch.chdir(tmp_path)
   name, job, plan, cluster = next(g for g in grid.GRID if g[0] == "grpo/megatron/split-async1")
   plan = export.get("slime").adapt(plan)
   (tmp_path / "run.sh").write_text(export.get("slime").export(plan, job, cluster))
-  r = _run("search.estimate_cli", ["--from_slime", "run.sh", "--model", "qwen2.5-7b",
-                                   "--response_mean", "1500"], tmp_path)
-  assert r.returncode == 0, r.stderr[-3000:]
+  code = estimate_cli.call(["--from_slime", "run.sh", "--model", "qwen2.5-7b",
+                            "--response_mean", "1500"])
+  out, err = capsys.readouterr()
+  assert code == 0, err[-3000:]
   back = export.read_config("slime", str(tmp_path / "run.sh"), model="qwen2.5-7b",
                             response_mean=1500)
   step = float(cm.estimate(back.job, back.plan, back.cluster).step_time_s)
-  assert f"step {step:.2f} s  mode async(k=1)" in r.stdout, (name, r.stdout[-2000:])
-  assert r.stdout.startswith("slime run run.sh\n")
+  assert f"step {step:.2f} s  mode async(k=1)" in out, (name, out[-2000:])
+  assert out.startswith("slime run run.sh\n")
   _, dapo, plan, cluster = next(g for g in grid.GRID if g[1].algorithm == "dapo"
                                 and "split-async2" in g[0])
   cfg = export.to_areal(export.get("areal").adapt(plan), dapo, cluster)
   (tmp_path / "dapo.yaml").write_text(export.to_yaml(cfg))
-  r = _run("search.estimate_cli", ["--from_areal", "dapo.yaml", "--model", "qwen3-30b-a3b",
-                                   "--response_mean", "1500"], tmp_path)
+  code = estimate_cli.call(["--from_areal", "dapo.yaml", "--model", "qwen3-30b-a3b",
+                            "--response_mean", "1500"])
+  out, err = capsys.readouterr()
   # No config states DAPO's keep rate: every group is taken as kept, and the
   # output says so on its "not modelled" line.
-  assert r.returncode == 0 and r.stderr == "", r.stderr
-  assert re.search(r"^not modelled: .*all assumed kept \(oversample=\)", r.stdout, re.M), \
-      r.stdout[:1500]
+  assert code == 0 and err == "", err
+  assert re.search(r"^not modelled: .*all assumed kept \(oversample=\)", out, re.M), out[:1500]

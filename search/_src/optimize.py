@@ -5,7 +5,7 @@
 placement family (enumerated, see :mod:`search._src.space`):
 
 1. ``starts`` random starts are optimised together on the relaxed model
-   (:mod:`search._src.relax`: one jitted ``lax.scan`` over Adam steps, starts
+   (:mod:`search._src.relax`: one jitted Adam step called once per step, starts
    batched by ``vmap`` and sharded over the devices) when the space is large
    (``relaxed``, :func:`relaxes`); on smaller spaces the discrete phases alone
    find the same plans and the starts are rounded as drawn;

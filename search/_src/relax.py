@@ -18,8 +18,9 @@ The gradient is taken by forward differences (``RelaxConfig.gradient =
 "forward"``, the default): each step is one jitted forward program over every
 start and its ``k`` neighbours along the ``k`` trainable variables, called once
 per step; ``"central"`` takes the ``2k`` neighbours on both sides (second-order
-accurate, twice the points). With ``"reverse"`` it is ``jax.grad`` and the whole
-loop one ``jax.lax.scan`` inside ``jax.jit``. Starts are a leading batch axis
+accurate, twice the points). With ``"reverse"`` it is ``jax.grad`` of the
+objective. Whatever the gradient, a step is one program that Python calls
+``steps`` times (:func:`run`). Starts are a leading batch axis
 (``vmap``), which can be sharded over devices
 (:func:`search._src.sharding.shard_starts`).
 """
@@ -218,32 +219,13 @@ def _best(step, penalty, cfg, fs=None, x=None):
   return jnp.min(jnp.where(own, t[None, :], jnp.inf), axis=1)
 
 
-@functools.partial(jax.jit, static_argnames=("static", "cfg"), compiler_options=_FAST_COMPILE)
-def _run(static, cfg, job, cluster, eff, x0, lo, hi):
-  """The reverse-mode loop: every step in one ``lax.scan``."""
-  fs_static = (static.fs.structure, static.fs)
-  inputs = RelaxInputs(lo=lo, hi=hi)
-
-  def body(carry, _):
-    state, _, _ = carry
-    new_state, (step, penalty) = update(fs_static, cfg, job, cluster, eff, inputs, state)
-    return (new_state, state.x, (step, penalty)), _best(step, penalty, cfg, static.fs, state.x)
-
-  s = x0.shape[0]
-  carry0 = (init(cfg, x0), x0, (jnp.zeros((s,), x0.dtype), jnp.zeros((s,), x0.dtype)))
-  (_, x_last, (step, penalty)), history = jax.lax.scan(body, carry0, None, length=cfg.steps)
-  # ``x_last`` is the point the last step evaluated (its step time and
-  # penalty are known); the final update after it is not evaluated again.
-  values = jax.vmap(static.fs.relaxed_values)(x_last)
-  return x_last, values, step, penalty, history
-
-
-# The reverse-mode loop compiles the gradient graph: large, run little, so at
-# level 0, as one scan. The finite-difference step compiles the forward graph
-# but runs it on k + 1 (central: 2k + 1) points per start, as a program of one
-# step that Python calls ``steps`` times (a scan of it doubled its
-# compilation). Level 1 halves a step's run time and costs more to compile, so
-# a loop of few point evaluations per device compiles at level 0. Forward
+# A step is a program that Python calls ``steps`` times: a scan of the steps
+# doubled the compilation, of the finite-difference step and of the gradient
+# graph alike. The reverse-mode step compiles the gradient graph: large, run
+# on the starts alone, so at level 0. The finite-difference step compiles the
+# forward graph but runs it on k + 1 (central: 2k + 1) points per start.
+# Level 1 halves a step's run time and costs more to compile, so a loop of few
+# point evaluations per device compiles at level 0. Forward
 # differences, 16 starts a family: at 19,200 points a core (DeepSeek-V3 on
 # 16,384 GPUs) level 1 saves about 0.75 s a run for about 0.5 s more
 # compilation, and the saving scales with the points, so level 0 pays below
@@ -251,8 +233,8 @@ def _run(static, cfg, job, cluster, eff, x0, lo, hi):
 SMALL_LOOP_POINTS = 13_000
 
 
-def _fd_step_of(static, cfg, job, cluster, eff, inputs, state):
-  """One finite-difference step: the new state, the point it evaluated, that
+def _step_of(static, cfg, job, cluster, eff, inputs, state):
+  """One step of the loop: the new state, the point it evaluated, that
   point's step time, penalty and relaxed values, and the best nearly feasible
   step time among the starts."""
   fs_static = (static.fs.structure, static.fs)
@@ -264,21 +246,24 @@ def _fd_step_of(static, cfg, job, cluster, eff, inputs, state):
 # The step's two jitted definitions (by XLA options); their compiled programs
 # are kept in search._src.program_cache through trace_cache.compiled.
 _STEP_PROGRAMS = {
-    small: (jax.jit(_fd_step_of, static_argnames=("static", "cfg"), compiler_options=opts),
+    small: (jax.jit(_step_of, static_argnames=("static", "cfg"), compiler_options=opts),
             opts)
     for small, opts in ((True, compile_cache.FAST_COMPILE), (False, compile_cache.FORWARD))}
 
 
 def small_loop(fs, cfg: RelaxConfig, rows_per_device: int) -> bool:
-  """Whether a finite-difference loop makes at most :data:`SMALL_LOOP_POINTS`
+  """Whether a loop compiles at level 0: a reverse-mode loop always, a
+  finite-difference loop that makes at most :data:`SMALL_LOOP_POINTS`
   evaluations a device."""
+  if cfg.gradient == "reverse":
+    return True
   points = differences.points_per_start(len(objective_lib.trainable(fs)), central=cfg.gradient == "central")
   return rows_per_device * points * cfg.steps <= SMALL_LOOP_POINTS
 
 
 def step_program(fs, cfg: RelaxConfig, rows_per_device: int):
-  """The jitted finite-difference step for ``rows_per_device`` starts a device,
-  and its XLA options (level 0 for a :func:`small_loop`)."""
+  """The jitted step for ``rows_per_device`` starts a device, and its XLA
+  options (level 0 for a :func:`small_loop`)."""
   return _STEP_PROGRAMS[small_loop(fs, cfg, rows_per_device)]
 
 
@@ -331,20 +316,14 @@ def run(fs: space_lib.FamilySpace, job: cm.RLJob, cluster: cm.Cluster, eff: cm.E
     raise ValueError(f"RelaxConfig: fd_step={cfg.fd_step!r} must be > 0")
   x0, lo, hi = (np.asarray(a, np.float32) for a in (x0, lo, hi))
   x0s, los, his = sharding.shard_starts(x0, lo, hi)
-  static = Static(fs)
-  if cfg.gradient == "reverse":
-    out = trace_cache.call("relax_run", _run, (static, cfg), (static.key, cfg),
-                           (job, cluster, eff, x0s, los, his), _FAST_COMPILE,
-                           on_traced=on_traced)
-  else:
-    out = _fd_loop(static, cfg, job, cluster, eff, x0s, los, his, on_traced)
+  out = _loop(Static(fs), cfg, job, cluster, eff, x0s, los, his, on_traced)
   x, values, step, penalty, history = (np.asarray(a) for a in out)
   return RelaxOutput(x=x[:s], values=values[:s], step_time_s=step[:s], penalty=penalty[:s],
                      history_s=history)
 
 
-def _fd_loop(static, cfg, job, cluster, eff, x0, lo, hi, on_traced):
-  """The finite-difference loop: the step program called ``cfg.steps`` times
+def _loop(static, cfg, job, cluster, eff, x0, lo, hi, on_traced):
+  """The loop: the step program called ``cfg.steps`` times
   (its arrays stay on the devices; one transfer at the end)."""
   state = init(cfg, x0)
   if jax.device_count() == 1:
@@ -354,7 +333,7 @@ def _fd_loop(static, cfg, job, cluster, eff, x0, lo, hi, on_traced):
   inputs = RelaxInputs(lo=lo, hi=hi)
   args = (job, cluster, eff, inputs, state)
   program, options = step_program(static.fs, cfg, -(-x0.shape[0] // jax.device_count()))
-  step_fn = trace_cache.compiled("relax_fd_step", program, (static, cfg),
+  step_fn = trace_cache.compiled("relax_step", program, (static, cfg),
                                  (static.key, cfg), args, options, on_traced=on_traced)
   history = []
   for _ in range(cfg.steps):
