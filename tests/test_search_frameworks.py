@@ -10,9 +10,11 @@ import pytest
 import costmodel as cm
 import export
 import search
+from search._src import compile_cache
 from search._src import frameworks as fw_lib
 from search._src import result as result_lib
 from search._src import space as space_lib
+from search._src import trace_cache
 from search._src import valid_space
 
 
@@ -90,6 +92,26 @@ def test_searched_best_plan_exports(name, search_job, cluster_2x8, compact_space
     e = export.get(name)
     text = e.export(e.adapt(plan, **opts), search_job, cluster_2x8, **opts)  # as it runs
     assert text.startswith("#")
+
+
+def test_a_family_searched_without_its_relaxed_phase_compiles_ranking_for_compile_time(
+    search_job, cluster_2x8, compact_space, monkeypatch):
+  # The compact space is far below the size that turns the relaxed phase on
+  # (``relaxed="auto"``): the discrete phases alone score its few rows, so its
+  # ranking program compiles at level 0, as a shared space's does.
+  built = []
+  compiled = trace_cache.compiled
+
+  def recorded(name, jitted, static, key, args, compiler_options, on_traced=None):
+    built.append((name, compiler_options))
+    return compiled(name, jitted, static, key, args, compiler_options, on_traced)
+
+  monkeypatch.setattr(trace_cache, "compiled", recorded)
+  res = search.optimize(search_job, cluster_2x8, families=["split"], starts=4, steps=10, seed=0,
+                        space=compact_space, framework="verl", top_k=3)
+  assert res.feasible and not np.isfinite(res.relaxed_bound_s["split"])
+  ranking = [options for name, options in built if name == "exact_ranking"]
+  assert ranking and all(o == compile_cache.FAST_COMPILE for o in ranking), built
 
 
 def test_unknown_framework_and_family_outside_the_mode(search_job, cluster_2x8):

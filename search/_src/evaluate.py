@@ -83,12 +83,17 @@ class Evaluator:
       stage's costs looked up by each row's label in that column
       (:func:`search._src.stage_tables.build`); labelled rows are then scored
       only with a label inside every table.
+    fast_ranking: With ``full`` and the family's own programs: compile the
+      ranking program for compile time (a search without its relaxed phase,
+      whose discrete phases alone score few rows; a shared space's programs
+      follow :attr:`SharedSpace.fast_ranking <search._src.shared.SharedSpace>`).
   """
 
   def __init__(self, fs: space_lib.FamilySpace, efficiency: cm.Efficiency | None = None,
                chunk: int = DEFAULT_CHUNK, full: bool = False,
                shared: shared_lib.SharedSpace | bool | None = None, factored: bool = True,
-               label_of: tuple[int, ...] | None = None, tables: dict | None = None):
+               label_of: tuple[int, ...] | None = None, tables: dict | None = None,
+               fast_ranking: bool = False):
     if not isinstance(chunk, int) or chunk < 1:
       raise ValueError(f"Evaluator: chunk={chunk!r} must be a positive integer")
     if label_of is not None and (full or not factored):
@@ -111,6 +116,7 @@ class Evaluator:
     self.eff = efficiency if efficiency is not None else cm.Efficiency()
     self.chunk = chunk
     self.full = full
+    self.fast_ranking = bool(fast_ranking)
     self.factored = factored
     self.label_of = None if label_of is None else tuple(int(j) for j in label_of)
     self.tables = dict(tables or {})
@@ -153,7 +159,7 @@ class Evaluator:
       jitted = {("ranking", True): shared_lib.ranking, ("ranking", False): programs.ranking,
                 ("estimates", True): shared_lib.estimates,
                 ("estimates", False): programs.estimates}[kind, shared]
-      fast = kind == "ranking" and shared and self.shared.fast_ranking
+      fast = kind == "ranking" and (self.shared.fast_ranking if shared else self.fast_ranking)
       options = compile_cache.FAST_COMPILE if fast else compile_cache.EXACT[kind]
       static = self.shared if shared else self.fs.structure
       key = self.shared.structure if shared else static

@@ -83,7 +83,10 @@ def relax_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, see
   rng = family_rng(fs, seed)
   x0, lo, hi = fs.init_relaxed(rng, starts)
   phase = on_phase or (lambda family, name: None)
-  ev = ev if ev is not None else evaluate.Evaluator(fs, eff, chunk=chunk, full=True)
+  # Without the relaxed phase the discrete phases alone score rows: few, so the
+  # ranking program compiles for compile time (as a shared space's does).
+  ev = ev if ev is not None else evaluate.Evaluator(fs, eff, chunk=chunk, full=True,
+                                                    fast_ranking=not relaxed)
   # The exact evaluator compiles in a thread of its own while the relaxed loop
   # compiles and runs (XLA releases the interpreter lock), so a cold search
   # pays for the two compilations side by side, not one after the other. It

@@ -169,7 +169,7 @@ def _relax(state: State, scorer: base.Scorer) -> State:
         return family_search.relax_family(
             spaces[k], eff, o.starts, state.seed, cfg, on_phase=phase, traced=traced[k],
             warm_after=first, relaxed=state.relaxed,
-            ev=scorer.evaluator(spaces[k], full=True))
+            ev=scorer.evaluator(spaces[k], full=True, fast_ranking=not state.relaxed))
       finally:
         traced[k].set()  # also when the family failed before its relaxed loop
 
