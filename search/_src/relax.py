@@ -257,7 +257,8 @@ def small_loop(fs, cfg: RelaxConfig, rows_per_device: int) -> bool:
   evaluations a device."""
   if cfg.gradient == "reverse":
     return True
-  points = differences.points_per_start(len(objective_lib.trainable(fs)), central=cfg.gradient == "central")
+  points = differences.points_per_start(len(objective_lib.trainable(fs)),
+                                         central=cfg.gradient == "central")
   return rows_per_device * points * cfg.steps <= SMALL_LOOP_POINTS
 
 
