@@ -107,7 +107,7 @@ def test_family_seeds_are_valid_coarse_plans_the_search_starts_from(
   from search._src import evaluate
   from search._src import space as space_lib
   fs = space_lib.build("split", search_job, cluster_2x8, compact_space)
-  ev = evaluate.Evaluator(fs, chunk=256, full=True)
+  ev = evaluate.Evaluator(fs, full=True)
   seeds = cut_dp.family_seeds(fs, ev)
   assert len(seeds) and fs.valid(seeds).all()
   pools = list(dict(fs.blocks)["pools"])
@@ -120,6 +120,6 @@ def test_family_seeds_are_valid_coarse_plans_the_search_starts_from(
   res = search.optimize(search_job, cluster_2x8, families=("split",), starts=4, steps=20,
                         space=compact_space)
   assert res.best_step_time_s <= best_seed * (1 + 1e-6)
-  lean_only = evaluate.Evaluator(fs, chunk=256)
+  lean_only = evaluate.Evaluator(fs)
   with pytest.raises(ValueError, match="full=True"):
     cut_dp.family_seeds(fs, lean_only)

@@ -156,14 +156,14 @@ def test_evaluator_warm_compiles_ahead_and_counts_nothing(search_job, cluster_2x
   x0 = fs.init_relaxed(np.random.default_rng(3), 4)[0]
   cand = rounding.candidates(fs, np.asarray(jax.vmap(fs.relaxed_values)(x0)),
                              np.random.default_rng(3), corners=0)
-  ev = evaluate.Evaluator(fs, chunk=64, full=True)
+  ev = evaluate.Evaluator(fs, full=True)
   ev.warm()
   assert ev.count == 0
   with compile_cache.CompileClock() as clock:
     warmed = ev.scores(cand)
   assert clock.seconds == 0.0  # the program was compiled by ``warm``
   assert ev.count == len(cand)
-  fresh = evaluate.Evaluator(fs, chunk=64, full=True).scores(cand)
+  fresh = evaluate.Evaluator(fs, full=True).scores(cand)
   np.testing.assert_array_equal(warmed.step_time_s, fresh.step_time_s)
   np.testing.assert_array_equal(warmed.feasible, fresh.feasible)
 
@@ -173,8 +173,8 @@ def test_lean_scores_equal_whole_estimates(search_job, cluster_2x8, compact_spac
   x0 = fs.init_relaxed(np.random.default_rng(5), 8)[0]
   cand = rounding.candidates(fs, np.asarray(jax.vmap(fs.relaxed_values)(x0)),
                              np.random.default_rng(5), corners=2)
-  lean = evaluate.Evaluator(fs, chunk=64).scores(cand)  # the enumerations' program
-  whole = evaluate.Evaluator(fs, chunk=64, full=True).scores(cand)
+  lean = evaluate.Evaluator(fs).scores(cand)  # the enumerations' program
+  whole = evaluate.Evaluator(fs, full=True).scores(cand)
   np.testing.assert_allclose(lean.step_time_s, whole.step_time_s, rtol=1e-5)
   np.testing.assert_array_equal(lean.feasible, whole.feasible)
   np.testing.assert_allclose(lean.excess, whole.excess, rtol=1e-5, atol=1e-7)
@@ -182,7 +182,7 @@ def test_lean_scores_equal_whole_estimates(search_job, cluster_2x8, compact_spac
 
 def test_block_sweep_finds_the_best_of_each_block(search_job, cluster_2x8, compact_space):
   fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)
-  ev = evaluate.Evaluator(fs, chunk=256, full=True)
+  ev = evaluate.Evaluator(fs, full=True)
   x0 = fs.init_relaxed(np.random.default_rng(7), 8)[0]
   cand = rounding.candidates(fs, np.asarray(jax.vmap(fs.relaxed_values)(x0)),
                              np.random.default_rng(7), corners=0)
@@ -211,7 +211,7 @@ def test_block_sweep_scores_no_sweep_twice_and_moves_starts_in_step(search_job, 
   x0 = fs.init_relaxed(np.random.default_rng(3), 8)[0]
   cand = rounding.candidates(fs, np.asarray(jax.vmap(fs.relaxed_values)(x0)),
                              np.random.default_rng(3), corners=0)
-  ev = evaluate.Evaluator(fs, chunk=256, full=True)
+  ev = evaluate.Evaluator(fs, full=True)
   ranked = rounding.score(ev, cand)
   worst = result_lib.Ranked(*(a[-6:] for a in ranked))  # plans far from block-optimal
   calls = []
@@ -273,7 +273,7 @@ def test_option_and_pool_grids_by_hand(search_job, cluster_2x8, compact_space):
 def test_block_sweep_moves_the_pool_sizes_and_sweeps_extra_splits(search_job, cluster_2x8,
                                                                   compact_space):
   fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)
-  ev = evaluate.Evaluator(fs, chunk=256, full=True)
+  ev = evaluate.Evaluator(fs, full=True)
   ranked = rounding.score(ev, baselines_sample(fs, 64))
   one = result_lib.Ranked(*(a[-1:] for a in ranked))  # the worst sampled plan
   start = one.values[0]
@@ -308,9 +308,9 @@ def baselines_sample(fs, n):
 def test_stage_scores_match_whole_estimates(search_job, cluster_2x8, compact_space):
   fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)
   rows = baselines_sample(fs, 40)
-  lean = evaluate.Evaluator(fs, chunk=64, full=True).stage_scores(rows)
-  whole = evaluate.Evaluator(fs, chunk=64).scores(rows)  # the enumerations' program
-  est = evaluate.Evaluator(fs, chunk=64, full=True).estimates(rows[:3])
+  lean = evaluate.Evaluator(fs, full=True).stage_scores(rows)
+  whole = evaluate.Evaluator(fs).scores(rows)  # the enumerations' program
+  est = evaluate.Evaluator(fs, full=True).estimates(rows[:3])
   assert lean[1] == tuple(est[0].stage_names)
   assert lean[2].shape == lean[3].shape == (len(rows), len(lean[1]))
   np.testing.assert_allclose(lean[0].step_time_s, whole.step_time_s, rtol=1e-5)
@@ -350,7 +350,7 @@ def test_ranking_rows_never_build_the_whole_estimate_program(search_job, cluster
   monkeypatch.setattr(trace_cache, "compiled", record)
   fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)
   rows = baselines_sample(fs, 20)
-  ev = evaluate.Evaluator(fs, chunk=64, full=True, shared=False)
+  ev = evaluate.Evaluator(fs, full=True, shared=False)
   s = ev.scores(rows)
   _, names, dur, _ = ev.stage_scores(rows)
   assert built == [("exact_ranking", compile_cache.FORWARD)]
@@ -369,7 +369,7 @@ def test_warm_compiles_whole_estimates_beside_the_ranking_program(search_job, cl
   monkeypatch.setattr(trace_cache, "compiled", lambda name, *a, **k: (
       built.append(name), compiled(name, *a, **k))[1])
   fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)
-  ev = evaluate.Evaluator(fs, chunk=64, full=True, shared=False)
+  ev = evaluate.Evaluator(fs, full=True, shared=False)
   traced = []
   ev.warm(on_traced=lambda: traced.append(list(built)))
   assert traced == [["exact_ranking"]]  # called once the ranking program is traced

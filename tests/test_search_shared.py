@@ -86,8 +86,8 @@ def test_shared_exact_program_scores_as_each_familys_own(shared, spaces):
   rng = np.random.default_rng(0)
   for fs in spaces:
     rows = np.stack([[rng.choice(v.options) for v in fs.vars] for _ in range(40)])
-    own = evaluate.Evaluator(fs, eff, chunk=64, full=True, shared=False).stage_scores(rows)
-    got = evaluate.Evaluator(fs, eff, chunk=64, full=True, shared=shared).stage_scores(rows)
+    own = evaluate.Evaluator(fs, eff, full=True, shared=False).stage_scores(rows)
+    got = evaluate.Evaluator(fs, eff, full=True, shared=shared).stage_scores(rows)
     assert got[1] == own[1]  # the family's own stage names
     ok = np.isfinite(own[0].step_time_s)
     assert ok.sum() > 10
