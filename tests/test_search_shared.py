@@ -112,14 +112,17 @@ def test_shared_relaxed_objective_and_gradient_are_the_familys(shared, spaces):
 
 
 def test_shared_relaxed_loop_keeps_each_start_in_its_family(shared, spaces):
+  # The searches' settings (16 starts a family, 60 steps): the loops are the
+  # programs those searches compile.
   eff = cm.Efficiency()
-  inits = [fs.init_relaxed(np.random.default_rng(k), 5) for k, fs in enumerate(spaces)]
-  outs = shared_relax.run(shared, eff, inits, relax.RelaxConfig(steps=30))
+  cfg = relax.RelaxConfig(steps=60)
+  inits = [fs.init_relaxed(np.random.default_rng(k), 16) for k, fs in enumerate(spaces)]
+  outs = shared_relax.run(shared, eff, inits, cfg)
   for fs, (x0, lo, hi), out in zip(spaces, inits, outs, strict=True):
     assert out.x.shape == x0.shape and out.values.shape == x0.shape
-    assert out.history_s.shape == (30,)
+    assert out.history_s.shape == (60,)
     assert np.all(out.x >= lo - 1e-6) and np.all(out.x <= hi + 1e-6)
-    own = relax.run(fs, fs.job, fs.cluster, eff, x0, lo, hi, relax.RelaxConfig(steps=30))
+    own = relax.run(fs, fs.job, fs.cluster, eff, x0, lo, hi, cfg)
     # The same optimisation; Adam's unit steps on near-zero gradients let the
     # points drift apart in flat directions, the step times stay close.
     np.testing.assert_allclose(out.step_time_s, own.step_time_s, rtol=0.05)
