@@ -113,6 +113,22 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture
+def compiled_programs(monkeypatch):
+  """``(name, XLA options)`` of each program the search builds or looks up
+  through :func:`search._src.trace_cache.compiled` during the test."""
+  from search._src import trace_cache  # pylint: disable=g-import-not-at-top
+  built = []
+  compiled = trace_cache.compiled
+
+  def record(name, jitted, static, key, args, options, on_traced=None):
+    built.append((name, options))
+    return compiled(name, jitted, static, key, args, options, on_traced)
+
+  monkeypatch.setattr(trace_cache, "compiled", record)
+  return built
+
+
+@pytest.fixture
 def x64():
   """Enables float64 for the test and restores the previous setting after."""
   with jax.enable_x64(True):

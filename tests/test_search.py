@@ -336,18 +336,10 @@ def test_block_sweep_couples_a_colocated_role_with_the_engines_memory(search_job
 
 
 def test_ranking_rows_never_build_the_whole_estimate_program(search_job, cluster_2x8,
-                                                             compact_space, monkeypatch):
+                                                             compact_space, compiled_programs):
   """A full evaluator scores rows (and their stages) with its ranking program
   alone; whole estimates build the other program, compiled for compile time."""
-  from search._src import trace_cache  # pylint: disable=g-import-not-at-top
-  built = []
-  compiled = trace_cache.compiled
-
-  def record(name, jitted, static, key, args, options, on_traced=None):
-    built.append((name, options))
-    return compiled(name, jitted, static, key, args, options, on_traced)
-
-  monkeypatch.setattr(trace_cache, "compiled", record)
+  built = compiled_programs
   fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)
   rows = baselines_sample(fs, 20)
   ev = evaluate.Evaluator(fs, full=True, shared=False)

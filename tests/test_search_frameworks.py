@@ -14,7 +14,6 @@ from search._src import compile_cache
 from search._src import frameworks as fw_lib
 from search._src import result as result_lib
 from search._src import space as space_lib
-from search._src import trace_cache
 from search._src import valid_space
 
 
@@ -95,18 +94,11 @@ def test_searched_best_plan_exports(name, search_job, cluster_2x8, compact_space
 
 
 def test_a_family_searched_without_its_relaxed_phase_compiles_ranking_for_compile_time(
-    search_job, cluster_2x8, compact_space, monkeypatch):
+    search_job, cluster_2x8, compact_space, compiled_programs):
   # The compact space is far below the size that turns the relaxed phase on
   # (``relaxed="auto"``): the discrete phases alone score its few rows, so its
   # ranking program compiles at level 0, as a shared space's does.
-  built = []
-  compiled = trace_cache.compiled
-
-  def recorded(name, jitted, static, key, args, compiler_options, on_traced=None):
-    built.append((name, compiler_options))
-    return compiled(name, jitted, static, key, args, compiler_options, on_traced)
-
-  monkeypatch.setattr(trace_cache, "compiled", recorded)
+  built = compiled_programs
   res = search.optimize(search_job, cluster_2x8, families=["split"], starts=4, steps=10, seed=0,
                         space=compact_space, framework="verl", top_k=3)
   assert res.feasible and not np.isfinite(res.relaxed_bound_s["split"])

@@ -83,10 +83,8 @@ class Evaluator:
       stage's costs looked up by each row's label in that column
       (:func:`search._src.stage_tables.build`); labelled rows are then scored
       only with a label inside every table.
-    fast_ranking: With ``full`` and the family's own programs: compile the
-      ranking program for compile time (a search without its relaxed phase,
-      whose discrete phases alone score few rows; a shared space's programs
-      follow :attr:`SharedSpace.fast_ranking <search._src.shared.SharedSpace>`).
+    fast_ranking: The family's own ranking program compiled for compile time
+      (few rows: a search without its relaxed phase; as ``shared.fast_ranking``).
   """
 
   def __init__(self, fs: space_lib.FamilySpace, efficiency: cm.Efficiency | None = None,
