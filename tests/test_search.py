@@ -138,11 +138,16 @@ def test_split3_needs_a_critic(search_job, cluster_2x8):
   assert "split3" in search.default_families(cm.RLJob("ppo", search_job.actor))
 
 
+def _relaxed_values(fs, x0):
+  """The continuous values of relaxed parameters ``x0``, on the space's cluster."""
+  return np.asarray(jax.vmap(lambda x: fs.relaxed_values(x, fs.cluster.n_gpus))(x0))
+
+
 def test_relaxed_values_respect_bounds(search_job, cluster_2x8):
   fs = space_lib.build(FAMILY, search_job, cluster_2x8)
   x0, lo, hi = fs.init_relaxed(np.random.default_rng(0), 64)
   assert np.all(x0 >= lo - 1e-9) and np.all(x0 <= hi + 1e-9)
-  v = np.asarray(jax.vmap(fs.relaxed_values)(x0))
+  v = _relaxed_values(fs, x0)
   pools = v[:, [fs.index("pool.gen"), fs.index("pool.train")]]
   np.testing.assert_allclose(pools.sum(-1), cluster_2x8.n_gpus, rtol=1e-5)
   mf = v[:, fs.index("engine.memory_fraction")]
@@ -154,7 +159,7 @@ def test_relaxed_values_respect_bounds(search_job, cluster_2x8):
 def test_evaluator_warm_compiles_ahead_and_counts_nothing(search_job, cluster_2x8, compact_space):
   fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)
   x0 = fs.init_relaxed(np.random.default_rng(3), 4)[0]
-  cand = rounding.candidates(fs, np.asarray(jax.vmap(fs.relaxed_values)(x0)),
+  cand = rounding.candidates(fs, _relaxed_values(fs, x0),
                              np.random.default_rng(3), corners=0)
   ev = evaluate.Evaluator(fs, full=True)
   ev.warm()
@@ -171,7 +176,7 @@ def test_evaluator_warm_compiles_ahead_and_counts_nothing(search_job, cluster_2x
 def test_lean_scores_equal_whole_estimates(search_job, cluster_2x8, compact_space):
   fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)
   x0 = fs.init_relaxed(np.random.default_rng(5), 8)[0]
-  cand = rounding.candidates(fs, np.asarray(jax.vmap(fs.relaxed_values)(x0)),
+  cand = rounding.candidates(fs, _relaxed_values(fs, x0),
                              np.random.default_rng(5), corners=2)
   lean = evaluate.Evaluator(fs).scores(cand)  # the enumerations' program
   whole = evaluate.Evaluator(fs, full=True).scores(cand)
@@ -184,7 +189,7 @@ def test_block_sweep_finds_the_best_of_each_block(search_job, cluster_2x8, compa
   fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)
   ev = evaluate.Evaluator(fs, full=True)
   x0 = fs.init_relaxed(np.random.default_rng(7), 8)[0]
-  cand = rounding.candidates(fs, np.asarray(jax.vmap(fs.relaxed_values)(x0)),
+  cand = rounding.candidates(fs, _relaxed_values(fs, x0),
                              np.random.default_rng(7), corners=0)
   ranked = rounding.score(ev, cand)
   k = len(ranked.values) // 2  # a middling plan
@@ -209,7 +214,7 @@ def test_block_sweep_scores_no_sweep_twice_and_moves_starts_in_step(search_job, 
                                                                       compact_space):
   fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)
   x0 = fs.init_relaxed(np.random.default_rng(3), 8)[0]
-  cand = rounding.candidates(fs, np.asarray(jax.vmap(fs.relaxed_values)(x0)),
+  cand = rounding.candidates(fs, _relaxed_values(fs, x0),
                              np.random.default_rng(3), corners=0)
   ev = evaluate.Evaluator(fs, full=True)
   ranked = rounding.score(ev, cand)
@@ -408,7 +413,7 @@ def test_layout_columns_determine_the_layout_key(search_job, cluster_2x8, compac
     assert "engine.tp" in names and "actor.pp" in names
     assert not {"engine.max_seqs", "engine.memory_fraction", "actor.mb_train"} & set(names)
     x0 = fs.init_relaxed(np.random.default_rng(5), 16)[0]
-    rows = rounding.candidates(fs, np.asarray(jax.vmap(fs.relaxed_values)(x0)),
+    rows = rounding.candidates(fs, _relaxed_values(fs, x0),
                                np.random.default_rng(5), corners=8)
     keys = {}
     for row in rows:

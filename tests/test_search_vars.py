@@ -125,8 +125,8 @@ def test_invalid_interleaving_is_excluded_and_repaired(cluster_2x8):
   np.testing.assert_array_equal(ok[[0, 1]], [True, False])
   assert not ok[2]
   # The exact penalty at tau = 0 is positive exactly where a row is invalid.
-  pen = np.asarray(jax.vmap(lambda v: space_lib.layout_violation(fs.structure, v, job, 0.0))(
-      jnp.asarray(rows)))
+  pen = np.asarray(jax.vmap(lambda v: space_lib.layout_violation(
+      fs.structure, v, job, fs.cluster.n_gpus, 0.0))(jnp.asarray(rows)))
   np.testing.assert_array_equal(pen > 0, ~ok)
   fixed = fs.repair(rows)
   assert fixed[1, vpp] == 1.0 and fixed[2, vpp] == 1.0 and fixed[0, vpp] == 2.0

@@ -115,8 +115,8 @@ def relax_family(fs: space_lib.FamilySpace, eff: cm.Efficiency, starts: int, see
 
 
 @functools.partial(jax.jit, static_argnums=0, compiler_options=compile_cache.FAST_COMPILE)
-def _values_at(static: relax.Static, x):
-  return jax.vmap(static.fs.relaxed_values)(x)
+def _values_at(static: relax.Static, x, cluster_gpus):
+  return jax.vmap(lambda row: static.fs.relaxed_values(row, cluster_gpus))(x)
 
 
 def at_starts(space, x0: np.ndarray) -> relax.RelaxOutput:
@@ -132,7 +132,8 @@ def at_starts(space, x0: np.ndarray) -> relax.RelaxOutput:
   x0 = np.asarray(x0, np.float32)
   nan = np.full(len(x0), np.nan)
   steps = (0, len(space.spaces)) if isinstance(space, shared_lib.SharedSpace) else (0,)
-  values = np.asarray(_values_at(relax.Static(space), jnp.asarray(x0)))
+  values = np.asarray(_values_at(relax.Static(space), jnp.asarray(x0),
+                                 space.cluster.n_gpus))
   return relax.RelaxOutput(x=x0, values=values,
                            step_time_s=nan, penalty=nan, history_s=np.zeros(steps))
 

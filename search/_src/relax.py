@@ -136,7 +136,7 @@ def _objective(fs_static, job, cluster, eff, x, tau, weight):
   # :mod:`search._src.sizing_relax`, whose ``job`` argument is its problem.
   if hasattr(fs, "relaxed_objective"):
     return fs.relaxed_objective(job, cluster, eff, x, tau, weight)
-  v = fs.relaxed_values(x)
+  v = fs.relaxed_values(x, cluster.n_gpus)
   plan = structure.to_plan(v)
   with cmi.positive_tau():  # tau > 0 throughout: trace the smooth model only
     est = cm.estimate(job, plan, cluster, eff, tau=tau)
@@ -239,7 +239,8 @@ def _step_of(static, cfg, job, cluster, eff, inputs, state):
   step time among the starts."""
   fs_static = (static.fs.structure, static.fs)
   new_state, (step, penalty) = update(fs_static, cfg, job, cluster, eff, inputs, state)
-  return (new_state, state.x, jax.vmap(static.fs.relaxed_values)(state.x), step, penalty,
+  values = jax.vmap(lambda x: static.fs.relaxed_values(x, cluster.n_gpus))(state.x)
+  return (new_state, state.x, values, step, penalty,
           _best(step, penalty, cfg, static.fs, state.x))
 
 

@@ -19,7 +19,7 @@ def penalty_of(structure, v, est, job, cluster):
   """The constraint penalty of relaxed values ``v`` and their estimate: memory
   excess plus the rule table's layout violation."""
   return (space_lib.memory_excess(structure, v, est, job, cluster)
-          + space_lib.layout_violation(structure, v, job))
+          + space_lib.layout_violation(structure, v, job, cluster.n_gpus))
 
 
 def loss_of(step, penalty, weight):
@@ -37,6 +37,11 @@ def trainable(fs) -> tuple[int, ...]:
 
 def static_key(fs) -> tuple:
   """What the relaxed programs of a space specialise on: its structure and each
-  variable's kind, end options and whether it has a choice."""
-  return (fs.structure, tuple((v.kind, float(v.options[0]), float(v.options[-1]),
-                               len(v.options) > 1) for v in fs.vars))
+  variable's kind, whether it has a choice (:func:`trainable`) and, for a
+  fraction, its end options (its sigmoid's range). Nothing of the cluster: its
+  GPUs and the pools' options are data (the programs of one family serve every
+  cluster size)."""
+  return (fs.structure, tuple(
+      (v.kind, len(v.options) > 1,
+       (float(v.options[0]), float(v.options[-1])) if v.kind == space_lib.FRAC else ())
+      for v in fs.vars))

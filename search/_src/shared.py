@@ -136,21 +136,21 @@ class SharedSpace:
     """The family index of one row (traceable)."""
     return x[-1].astype(jnp.int32)
 
-  def relaxed_values(self, x: jax.Array) -> jax.Array:
+  def relaxed_values(self, x: jax.Array, cluster_gpus) -> jax.Array:
     """Relaxed parameters -> continuous values of one row: its family's values in
-    its columns (traceable)."""
+    its columns (traceable; the pools share ``cluster_gpus``)."""
     fam = self.family_of(x)
     out = x
     for k, (fs, cols) in enumerate(zip(self.spaces, self.columns, strict=True)):
-      out = jnp.where(fam == k, out.at[cols].set(fs.relaxed_values(x[cols])), out)
+      out = jnp.where(fam == k, out.at[cols].set(fs.relaxed_values(x[cols], cluster_gpus)), out)
     return out
 
   def relaxed_objective(self, job, cluster, eff, x, tau, weight):
     """The relaxed objective of one row: its family's
     (:func:`search._src.relaxed_objective.loss_of`), with stage costs shared."""
     fam = self.family_of(x)
-    values = [fs.relaxed_values(x[cols]) for fs, cols in zip(self.spaces, self.columns,
-                                                              strict=True)]
+    values = [fs.relaxed_values(x[cols], cluster.n_gpus)
+              for fs, cols in zip(self.spaces, self.columns, strict=True)]
     plans = tuple(fs.structure.to_plan(v) for fs, v in zip(self.spaces, values, strict=True))
     with cmi.positive_tau():
       ests = cmi.estimate_shared(job, plans, fam, cluster, eff, tau=tau)

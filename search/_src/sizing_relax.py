@@ -96,11 +96,14 @@ class SizingStructure:
     base: The family's layout structure.
     n_types: How many GPU types are priced.
     gpus_per_node: GPUs per node.
+    cluster_gpus: GPUs of the cluster the layout options are built on (the
+      base space's), which the pools share.
   """
 
   base: space_lib.Structure
   n_types: int
   gpus_per_node: int
+  cluster_gpus: int
 
   @property
   def pools(self) -> tuple[str, ...]:
@@ -160,9 +163,11 @@ class SizingSpace:
     hi = np.concatenate([hi, np.full((starts, k), _LOGIT_BOX)], 1)
     return x0, lo, hi
 
-  def relaxed_values(self, x: jax.Array) -> jax.Array:
-    """Parameters -> values: the layout's, pool GPUs ``2^x``, type probabilities."""
-    v = self.base.relaxed_values(x[:self.n_base])
+  def relaxed_values(self, x: jax.Array, cluster_gpus=None) -> jax.Array:
+    """Parameters -> values: the layout's, pool GPUs ``2^x``, type probabilities
+    (the pools are variables of their own: ``cluster_gpus`` is not read)."""
+    del cluster_gpus
+    v = self.base.relaxed_values(x[:self.n_base], float(self.structure.cluster_gpus))
     cols = jnp.asarray(self.pool_columns())
     v = v.at[cols].set(jnp.exp2(x[cols]))
     probs = [jax.nn.softmax(x[jnp.asarray(self.logit_columns(p))])
@@ -184,7 +189,7 @@ class SizingSpace:
     v = values[:self.n_base]
     plan = st.base.to_plan(v)
     gpus = jnp.stack([v[self.base.index(f"pool.{p}")] for p in st.pools])
-    layout_pen = space_lib.layout_violation(st.base, v, problem.job)
+    layout_pen = space_lib.layout_violation(st.base, v, problem.job, float(st.cluster_gpus))
     combos = jnp.asarray(st.assignments)
     probs = jnp.stack([values[jnp.asarray(self.logit_columns(p))] for p in st.pools])
     pools_at = jnp.arange(len(st.pools))
@@ -259,5 +264,6 @@ def build(family: str, job: cm.RLJob, types, groups_gpus, gpus_per_node: int,
   for p in base.structure.pools:
     vars_ += [space_lib.Var(f"type.{p}.{t}", TYPE, np.arange(float(len(types))))
               for t in types]
-  structure = SizingStructure(base.structure, len(types), int(gpus_per_node))
+  structure = SizingStructure(base.structure, len(types), int(gpus_per_node),
+                              base.cluster.n_gpus)
   return SizingSpace(structure=structure, vars=tuple(vars_), base=base, types=tuple(types))

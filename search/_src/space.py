@@ -293,7 +293,7 @@ def build(family: str, job: cm.RLJob, cluster: cm.Cluster,
   tied = dict(ties)
   vars_ = [Var(v.name, v.kind, np.asarray([1.0])) if v.name in tied else v for v in vars_]
   rule_sets = tuple(rule_sets) + (() if "interleave" in rule_sets else ("interleave",))
-  structure = Structure(family=family, roles=roles, names=names, n_gpus=n, ties=ties,
+  structure = Structure(family=family, roles=roles, names=names, ties=ties,
                         rule_sets=rule_sets, runs_as=runs_as,
                         rollout_precision=rollout_precision)
   # A variable the framework's forced settings override keeps its effective option.

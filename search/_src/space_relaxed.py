@@ -68,14 +68,15 @@ class FamilyRelaxed:
         x0[:, j] = cats[:, j]
     return x0, lo, hi
 
-  def relaxed_values(self, x: jax.Array) -> jax.Array:
-    """Relaxed parameters [V] -> continuous values [V] (traceable)."""
+  def relaxed_values(self, x: jax.Array, cluster_gpus) -> jax.Array:
+    """Relaxed parameters [V] -> continuous values [V] (traceable), the pools
+    sharing the cluster's ``cluster_gpus`` (a number or a traced scalar)."""
     out = []
     pool_idx = [self.index(f"pool.{p}") for p in self.structure.pools]
     # Every pool holds at least one GPU; the softmax shares the rest.
     n_pools = len(pool_idx)
-    shares = 1.0 + jax.nn.softmax(x[jnp.asarray(pool_idx)]) * float(
-        self.cluster.n_gpus - n_pools)
+    shares = 1.0 + jax.nn.softmax(x[jnp.asarray(pool_idx)]) * (
+        jnp.asarray(cluster_gpus, x.dtype) - n_pools)
     for j, var in enumerate(self.vars):
       if var.kind == LOG2:
         out.append(jnp.exp2(x[j]))

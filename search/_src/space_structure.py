@@ -25,7 +25,6 @@ class Structure:
     family: The placement family.
     roles: The job's roles.
     names: Variable names, in the order of a value vector.
-    n_gpus: GPUs of the cluster.
     ties: ``(name, source)`` pairs: ``name`` takes the value of ``source``
       (a framework that gives the critic the actor's degrees); the tied
       variable keeps a single fixed option and is never read.
@@ -42,7 +41,6 @@ class Structure:
   family: str
   roles: tuple[str, ...]
   names: tuple[str, ...]
-  n_gpus: int
   ties: tuple[tuple[str, str], ...] = ()
   rule_sets: tuple[str, ...] = ("zero3", "batch")
   runs_as: str = "any"
@@ -248,7 +246,7 @@ def memory_excess(structure: Structure, v: jax.Array, est: cm.Estimate, job: cm.
   return sum((excess[..., i] for i in range(1, excess.shape[-1])), excess[..., 0])
 
 
-def layout_violation(structure: Structure, v: jax.Array, job: cm.RLJob,
+def layout_violation(structure: Structure, v: jax.Array, job: cm.RLJob, cluster_gpus,
                      tau: float = 1.0) -> jax.Array:
   """The rule table's penalty of (relaxed) values: its relaxed measures in log2
   units at ``tau > 0`` (e.g. ``relu(log2(tp pp cp) - log2(pool))`` per role,
@@ -261,7 +259,7 @@ def layout_violation(structure: Structure, v: jax.Array, job: cm.RLJob,
     total = total + cmi.rule_penalty("pool", {"gpus": get(f"pool.{p}")}, tau, xp=jnp)
   pools_total = sum(get(f"pool.{p}") for p in structure.pools)
   total = total + cmi.rule_penalty("pools", {"total": pools_total,
-                                            "cluster_gpus": float(structure.n_gpus)}, tau, xp=jnp)
+                                            "cluster_gpus": cluster_gpus}, tau, xp=jnp)
   for role in LAYOUT_ROLES:
     if role not in structure.roles:
       continue

@@ -19,17 +19,22 @@ class Cluster:
     scaleup_domain: GPUs sharing one scale-up (NVLink) domain; defaults to
       ``gpus_per_node`` (72 on a GB200 NVL72 rack).
     cpu_cores: CPU cores available for rule-based reward scoring.
+
+  Every field is a pytree leaf: ``jax.jit(estimate)`` traces once for clusters
+  of every size, and ``vmap`` can batch them.
   """
 
   accelerator: hw.Hardware
-  gpus_per_node: int = pytree.static_field(default=8)
-  nodes: int = pytree.static_field(default=1)
-  scaleup_domain: int = pytree.static_field(default=0)
-  cpu_cores: int = pytree.static_field(default=0)
+  gpus_per_node: int = 8
+  nodes: int = 1
+  scaleup_domain: int = 0
+  cpu_cores: int = 0
 
   def __post_init__(self):
     if isinstance(self.accelerator, str):
       object.__setattr__(self, "accelerator", hw.get(self.accelerator))
+    if not pytree.is_concrete(self.nodes):  # rebuilt by JAX with traced or batched sizes
+      return
     pytree.check_integer("Cluster", 1, rule="a positive integer",
                          gpus_per_node=self.gpus_per_node, nodes=self.nodes)
     pytree.check_integer("Cluster", 0, scaleup_domain=self.scaleup_domain,

@@ -317,8 +317,10 @@ def validate(job: RLJob, plan: Plan, cluster: Cluster, frameworks: tuple[str, ..
   if all(v is not None for v in sizes.values()):
     for name, v in sizes.items():
       rules.check_rules("pool", {"gpus": v}, f"Plan: pool {name!r} ")
-    rules.check_rules("pools", {"total": sum(sizes.values()), "cluster_gpus": cluster.n_gpus},
-                      "Plan: ")
+    cluster_gpus = _int(cluster.n_gpus)  # None for a traced cluster
+    if cluster_gpus is not None:
+      rules.check_rules("pools", {"total": sum(sizes.values()), "cluster_gpus": cluster_gpus},
+                        "Plan: ")
   if plan.rollout_pool not in names:
     raise ValueError(f"Plan: rollout_pool={plan.rollout_pool!r} is not one of {names}")
   seen = set()

@@ -94,11 +94,16 @@ def _turn(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: Clus
                           - cost.extras["prefill_s"] + prefill_s))
 
 
+def env_cores(job: RLJob, cluster: Cluster):
+  """CPU cores the environment's tool calls share: the job's own, else the cluster's."""
+  return jnp.asarray(job.multi_turn.env_cores or cluster.cpu_cores, float)
+
+
 def env_call_s(job: RLJob, cluster: Cluster, tau=0.0):
   """CPU time of one tool call when every episode calls at once (processor
   sharing over the environment's cores)."""
   mt = job.multi_turn
-  cores = float(mt.env_cores or cluster.cpu_cores)
+  cores = env_cores(job, cluster)
   return mt.env_cpu_s * smooth.smax(1.0, job.generated_samples_per_step / cores, tau)
 
 
@@ -132,7 +137,7 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
   busy_s = total("time_s")
   calls = float(mt.tool_calls)
   if mt.overlap_tools:
-    cores = float(mt.env_cores or cluster.cpu_cores)
+    cores = env_cores(job, cluster)
     chain_s = (total("depth_s") + calls * (mt.tool_latency_s_mean + mt.env_cpu_s)
                + (mt.tool_latency_s_max - mt.tool_latency_s_mean) * (calls > 0))
     cpu_s = job.generated_samples_per_step * calls * mt.env_cpu_s / cores
