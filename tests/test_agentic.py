@@ -155,3 +155,19 @@ def test_traced_program_does_not_grow_with_turns():
   single, four, thirty = eqns(None), eqns(NO_TOOLS), eqns(NO_TOOLS.replace(turns=30))
   assert thirty - four < 0.5 * single
   assert thirty < 3 * single
+
+
+def test_an_eager_estimate_compiles_its_early_turns_as_one_program():
+  # Eagerly each batched operation of the turns would compile on its own; one
+  # program serves every job of the structure (here 3 turns and another
+  # number of episodes), with the numbers of the traced estimate.
+  mt = NO_TOOLS.replace(turns=3, observation_tokens=128.0)
+  before = agentic._early_turns_jit._cache_size()
+  eager = [_gen(mt, prompts) for prompts in (16.0, 48.0)]
+  assert agentic._early_turns_jit._cache_size() == before + 1
+  for prompts, est in zip((16.0, 48.0), eager, strict=True):
+    job = _job(mt, prompts)
+    traced = jax.jit(lambda p, job=job: cm.estimate(job, p, CLUSTER))(_plan(job))
+    for f in ("step_time_s", "memory_bytes"):
+      np.testing.assert_allclose(getattr(est, f), getattr(traced, f), rtol=1e-6)
+  assert float(eager[1].step_time_s) > float(eager[0].step_time_s)

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from costmodel._src import xla_options
 from costmodel._src.ops import smooth
 from costmodel._src.ops.efficiency import Efficiency
 from costmodel._src.specs.cluster import Cluster
@@ -107,6 +109,21 @@ def env_call_s(job: RLJob, cluster: Cluster, tau=0.0):
   return mt.env_cpu_s * smooth.smax(1.0, job.generated_samples_per_step / cores, tau)
 
 
+def _early_turns(model, job, engine, pool_gpus, cluster, eff, tau) -> common.StageCost:
+  """Every turn but the last, batched over the turn index."""
+  turns = jnp.arange(job.multi_turn.turns - 1)
+  return jax.vmap(lambda t: _turn(model, job, engine, pool_gpus, cluster, eff, tau, t,
+                                  False))(turns)
+
+
+# Eagerly, each operation of the batched turns would compile on its own
+# (about 200 of them, 10 s, the first time a process estimates a multi-turn
+# job); one program compiled for compile time instead. The sign of a concrete
+# ``tau`` stays known while tracing.
+_early_turns_jit = jax.jit(_early_turns, static_argnames="tau",
+                           compiler_options=xla_options.FAST_COMPILE)
+
+
 def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: Cluster,
              eff: Efficiency, tau=0.0, controller: bool = True) -> common.StageCost:
   """Cost of one step's multi-turn episodes on the rollout pool.
@@ -123,8 +140,12 @@ def generate(model: ModelSpec, job: RLJob, engine: Engine, pool_gpus, cluster: C
   last = _turn(model, job, engine, pool_gpus, cluster, eff, tau, mt.turns - 1, controller)
   early = None
   if mt.turns > 1:
-    early = jax.vmap(lambda t: _turn(model, job, engine, pool_gpus, cluster, eff, tau, t,
-                                     False))(jnp.arange(mt.turns - 1))
+    args = (model, job, engine, pool_gpus, cluster, eff)
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((args, tau)))
+    if traced or np.ndim(tau):  # a traced estimate: part of its program
+      early = _early_turns(*args, tau)
+    else:  # an eager estimate: one compiled program, not one per batched operation
+      early = _early_turns_jit(*args, float(tau))
 
   def over_turns(get):
     """Sum over turns in turn order of ``get(cost)``."""
