@@ -17,6 +17,7 @@ import pytest
 import costmodel as cm
 from search._src import evaluate
 from search._src import relax
+from search._src import shared
 from search._src import space as space_lib
 from search._src import trace_cache
 from search._src import valid_space
@@ -101,3 +102,20 @@ def test_a_familys_programs_serve_every_cluster_size(job, h100, monkeypatch):
     np.testing.assert_allclose(step, want, rtol=1e-4)
   assert relax._value_and_grad._cache_size() - before <= 1
 
+
+
+def test_a_searchs_shared_program_scores_another_cluster_as_its_own(job, h100, monkeypatch):
+  # A search registers its shared program for its families' structures; a full
+  # evaluator of the same structure on another cluster size now finds it, and
+  # scores with its own cluster.
+  monkeypatch.setattr(shared, "_holding", {})  # this test's registrations only
+  eff = cm.Efficiency()
+  a = cm.Cluster(h100, gpus_per_node=8, nodes=2)
+  on_a = [space_lib.build(f, job, a) for f in ("colocated", "split")]
+  shared.register(shared.SharedSpace(on_a))
+  fs = space_lib.build("split", job, cm.Cluster(h100, gpus_per_node=8, nodes=3))
+  ev = evaluate.Evaluator(fs, eff, full=True)
+  assert ev.shared is not None and ev.shared.cluster.nodes == 2
+  rows = valid_space.Blocks(fs).sample(np.random.default_rng(2), 8)
+  want = [float(cm.estimate(job, fs.to_plan(r), fs.cluster, eff).step_time_s) for r in rows]
+  np.testing.assert_allclose(ev.scores(rows).step_time_s, want, rtol=1e-5)
