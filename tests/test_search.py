@@ -359,19 +359,16 @@ def test_ranking_rows_never_build_the_whole_estimate_program(search_job, cluster
 
 
 def test_warm_compiles_whole_estimates_beside_the_ranking_program(search_job, cluster_2x8,
-                                                                  compact_space, monkeypatch):
-  from search._src import trace_cache  # pylint: disable=g-import-not-at-top
-  built = []
-  compiled = trace_cache.compiled
-  monkeypatch.setattr(trace_cache, "compiled", lambda name, *a, **k: (
-      built.append(name), compiled(name, *a, **k))[1])
+                                                                  compact_space,
+                                                                  compiled_programs):
+  names = lambda: [name for name, _ in compiled_programs]
   fs = space_lib.build(FAMILY, search_job, cluster_2x8, compact_space)
   ev = evaluate.Evaluator(fs, full=True, shared=False)
   traced = []
-  ev.warm(on_traced=lambda: traced.append(list(built)))
+  ev.warm(on_traced=lambda: traced.append(names()))
   assert traced == [["exact_ranking"]]  # called once the ranking program is traced
   ev._estimating.result()  # the background thread's compilation
-  assert built == ["exact_ranking", "exact_estimates"]
+  assert names() == ["exact_ranking", "exact_estimates"]
   assert ev.count == 0  # warming counts no evaluation
 
 

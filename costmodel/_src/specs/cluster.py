@@ -33,7 +33,8 @@ class Cluster:
   def __post_init__(self):
     if isinstance(self.accelerator, str):
       object.__setattr__(self, "accelerator", hw.get(self.accelerator))
-    if not pytree.is_concrete(self.nodes):  # rebuilt by JAX with traced or batched sizes
+    sizes = (self.gpus_per_node, self.nodes, self.scaleup_domain, self.cpu_cores)
+    if not all(pytree.is_concrete(v) for v in sizes):  # rebuilt by JAX: traced or batched
       return
     pytree.check_integer("Cluster", 1, rule="a positive integer",
                          gpus_per_node=self.gpus_per_node, nodes=self.nodes)
